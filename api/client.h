@@ -1,0 +1,100 @@
+// Client: the typed Tide API client used by the CLI, the agent, tests and
+// benchmarks. One method per endpoint; errors from the server come back as
+// the Status it sent ({"error": {"code", "message", "field"}}).
+//
+// Not thread-safe: use one Client per thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/http_client.h"
+#include "api/types.h"
+#include "common/status.h"
+
+namespace tide::api {
+
+struct JobFilter {
+  std::string status;  // one status, or "" for all
+  std::string tag;
+  int limit = 0;       // 0 = server default
+  std::string after;   // page token: the last id of the previous page
+};
+
+struct JobPage {
+  std::vector<Job> jobs;
+  std::string next;  // "" when this was the last page
+};
+
+struct OutputFile {
+  std::string path;
+  int64_t size = 0;
+};
+
+struct NewToken {
+  std::string id;     // user or join token id
+  std::string token;  // the secret, shown once
+};
+
+class Client {
+ public:
+  // `token` may be empty for unauthenticated calls (health).
+  static Result<std::unique_ptr<Client>> Create(const std::string& server, std::string token);
+
+  // Raw JSON request; 2xx answers are parsed, others become their Status.
+  Result<json> Call(const std::string& method, const std::string& target,
+                    const std::optional<json>& body = std::nullopt, int timeout_ms = 30'000);
+  // Same with a raw body (uploads) and a raw answer (downloads).
+  Result<std::string> CallRaw(const std::string& method, const std::string& target,
+                              std::string_view body, const std::string& content_type,
+                              int timeout_ms = 120'000);
+
+  Status Health();
+
+  // --- users ---
+  Result<Job> SubmitJob(const json& spec, const std::string& idempotency_key = "");
+  Result<Job> GetJob(const std::string& id);
+  Result<JobPage> ListJobs(const JobFilter& filter);
+  Result<Job> CancelJob(const std::string& id);
+  // Log text of one attempt (0 = current) from byte `offset`.
+  Result<std::string> GetLogs(const std::string& id, int attempt = 0, int64_t offset = 0);
+  // Follows the log until the job ends; `on_data` gets text as it arrives.
+  Status FollowLogs(const std::string& id, int64_t offset,
+                    const std::function<bool(std::string_view)>& on_data);
+  Result<std::vector<OutputFile>> ListOutputs(const std::string& id);
+  Result<std::string> GetOutput(const std::string& id, const std::string& path);
+  // Uploads a .tar.gz; returns its code id.
+  Result<std::string> UploadCode(const std::string& archive);
+  Result<std::vector<Node>> ListNodes();
+
+  // --- admin ---
+  Result<NewToken> CreateUser(const std::string& name);
+  Result<NewToken> CreateJoinToken();
+
+  // --- agent (token: join token for Register, node token afterwards) ---
+  Result<json> Register(const RegisterRequest& req);
+  Result<AgentWork> Heartbeat(const api::Heartbeat& hb);
+  Result<AgentWork> PollWork(int wait_s);
+  Status PostEvent(const std::string& job_id, const JobEvent& event);
+  Status PostLogs(const std::string& job_id, int attempt, int64_t offset, std::string_view data);
+  Status PutOutput(const std::string& job_id, int attempt, const std::string& path,
+                   std::string_view data);
+  Result<std::string> GetCode(const std::string& job_id);
+
+  void set_token(std::string token) { token_ = std::move(token); }
+  const std::string& server() const { return server_; }
+
+ private:
+  Client(std::string server, std::string token, std::unique_ptr<HttpClient> http)
+      : server_(std::move(server)), token_(std::move(token)), http_(std::move(http)) {}
+  std::map<std::string, std::string> Headers(const std::string& content_type = "") const;
+
+  std::string server_;
+  std::string token_;
+  std::unique_ptr<HttpClient> http_;
+};
+
+}  // namespace tide::api

@@ -1,0 +1,123 @@
+#include "api/spec_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+
+#include "common/paths.h"
+
+namespace tide::api {
+
+namespace {
+
+json Scalar(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted
+  if (s == "null" || s == "~" || s.empty()) return nullptr;
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  char* end = nullptr;
+  errno = 0;
+  long long i = std::strtoll(s.c_str(), &end, 10);
+  if (end && *end == '\0' && errno == 0) return static_cast<int64_t>(i);
+  double d = std::strtod(s.c_str(), &end);
+  if (end && *end == '\0' && !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
+                                            s[0] == '-' || s[0] == '.')) {
+    return d;
+  }
+  return s;
+}
+
+Status Convert(const YAML::Node& n, const std::string& path, SpecDocument* doc, json* out,
+               const std::string& filename) {
+  doc->lines[path] = n.Mark().line + 1;
+  switch (n.Type()) {
+    case YAML::NodeType::Null: *out = nullptr; return Status::Ok();
+    case YAML::NodeType::Scalar: *out = Scalar(n); return Status::Ok();
+    case YAML::NodeType::Sequence: {
+      *out = json::array();
+      size_t i = 0;
+      for (const auto& item : n) {
+        json v;
+        TIDE_RETURN_IF_ERROR(
+            Convert(item, path + "[" + std::to_string(i++) + "]", doc, &v, filename));
+        out->push_back(std::move(v));
+      }
+      return Status::Ok();
+    }
+    case YAML::NodeType::Map: {
+      *out = json::object();
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar()) {
+          return Status::InvalidArgument(filename + ":" + std::to_string(kv.first.Mark().line + 1) +
+                                         ": keys must be plain names");
+        }
+        std::string key = kv.first.Scalar();
+        std::string child = path.empty() ? key : path + "." + key;
+        if (out->contains(key)) {
+          return Status::InvalidArgument(filename + ":" + std::to_string(kv.first.Mark().line + 1) +
+                                             ": duplicate key \"" + key + "\"",
+                                         child);
+        }
+        json v;
+        TIDE_RETURN_IF_ERROR(Convert(kv.second, child, doc, &v, filename));
+        doc->lines[child] = kv.first.Mark().line + 1;
+        (*out)[key] = std::move(v);
+      }
+      return Status::Ok();
+    }
+    case YAML::NodeType::Undefined: break;
+  }
+  *out = nullptr;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SpecDocument> ParseYamlDocument(const std::string& text, const std::string& filename) {
+  SpecDocument doc;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(filename + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  try {
+    TIDE_RETURN_IF_ERROR(Convert(root, "", &doc, &doc.value, filename));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(filename + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  return doc;
+}
+
+Result<json> LoadSpecFile(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto doc = ParseYamlDocument(*text, path);
+  if (!doc.ok()) return doc.status();
+  if (!doc->value.is_object()) {
+    return Status::InvalidArgument(path + ": a job spec must be a mapping of fields");
+  }
+  auto spec = JobSpecFromJson(doc->value);
+  if (!spec.ok()) {
+    const Status& st = spec.status();
+    std::string where = path;
+    // The field may be nested deeper than what has a line ("command[0]").
+    std::string field = st.field();
+    while (!field.empty()) {
+      auto it = doc->lines.find(field);
+      if (it != doc->lines.end()) {
+        where += ":" + std::to_string(it->second);
+        break;
+      }
+      size_t cut = field.find_last_of(".[");
+      field = cut == std::string::npos ? "" : field.substr(0, cut);
+    }
+    return Status::InvalidArgument(where + ": " + (st.field().empty() ? "" : st.field() + ": ") +
+                                       st.message(),
+                                   st.field());
+  }
+  return doc->value;
+}
+
+}  // namespace tide::api

@@ -1,0 +1,525 @@
+#include "api/types.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "common/duration.h"
+#include "common/json_reader.h"
+
+namespace tide::api {
+
+namespace {
+
+std::string Upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A duration field: "2h", "90s" or an integer number of seconds.
+std::optional<int64_t> ReadDuration(JsonReader& r, const std::string& key) {
+  const json* v = r.Raw(key);
+  if (!v) return std::nullopt;
+  if (v->is_number_integer()) {
+    int64_t n = v->get<int64_t>();
+    if (n < 0) r.Fail(key, "must not be negative");
+    return n;
+  }
+  if (!v->is_string()) {
+    r.Fail(key, "must be a duration like \"90s\", \"30m\" or \"2h\"");
+    return std::nullopt;
+  }
+  auto d = ParseDurationSeconds(v->get<std::string>());
+  if (!d.ok()) {
+    r.Fail(key, d.status().message());
+    return std::nullopt;
+  }
+  return *d;
+}
+
+// A memory field: "24GB" or an integer number of MiB.
+std::optional<int64_t> ReadMemory(JsonReader& r, const std::string& key) {
+  const json* v = r.Raw(key);
+  if (!v) return std::nullopt;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (!v->is_string()) {
+    r.Fail(key, "must be a size like \"24GB\" or a number of MiB");
+    return std::nullopt;
+  }
+  auto mb = ParseMemoryMb(v->get<std::string>());
+  if (!mb.ok()) {
+    r.Fail(key, mb.status().message());
+    return std::nullopt;
+  }
+  return *mb;
+}
+
+std::vector<int> IntList(const json& j) {
+  std::vector<int> out;
+  if (j.is_array()) {
+    for (auto& v : j) {
+      if (v.is_number_integer()) out.push_back(v.get<int>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* JobStatusName(JobStatus s) {
+  switch (s) {
+    case JobStatus::kQueued: return "queued";
+    case JobStatus::kStarting: return "starting";
+    case JobStatus::kRunning: return "running";
+    case JobStatus::kCompleted: return "completed";
+    case JobStatus::kFailed: return "failed";
+    case JobStatus::kCancelled: return "cancelled";
+  }
+  return "queued";
+}
+
+std::optional<JobStatus> ParseJobStatus(const std::string& s) {
+  for (auto st : {JobStatus::kQueued, JobStatus::kStarting, JobStatus::kRunning,
+                  JobStatus::kCompleted, JobStatus::kFailed, JobStatus::kCancelled}) {
+    if (s == JobStatusName(st)) return st;
+  }
+  return std::nullopt;
+}
+
+bool IsTerminal(JobStatus s) {
+  return s == JobStatus::kCompleted || s == JobStatus::kFailed || s == JobStatus::kCancelled;
+}
+
+std::string CanonicalGpuModel(const std::string& name) {
+  std::string s = Upper(name);
+  for (const char* prefix : {"NVIDIA ", "GEFORCE ", "TESLA ", "QUADRO "}) {
+    if (s.rfind(prefix, 0) == 0) s = s.substr(strlen(prefix));
+  }
+  // The first '-' separates form factor and memory ("A100-SXM4-80GB").
+  if (auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash);
+  std::string out;
+  for (char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c))) out += c;
+  }
+  return out;
+}
+
+Result<int64_t> ParseMemoryMb(const std::string& text) {
+  std::string t = Upper(text);
+  size_t i = 0;
+  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i;
+  if (i == 0 || i > 12) {
+    return Status::InvalidArgument("bad memory size \"" + text + "\": use e.g. 24GB or 512MB");
+  }
+  int64_t n = std::stoll(t.substr(0, i));
+  std::string unit = t.substr(i);
+  if (unit.empty() || unit == "M" || unit == "MB" || unit == "MIB") return n;
+  if (unit == "G" || unit == "GB" || unit == "GIB") return n * 1024;
+  if (unit == "T" || unit == "TB" || unit == "TIB") return n * 1024 * 1024;
+  return Status::InvalidArgument("bad memory size \"" + text + "\": unknown unit \"" +
+                                 text.substr(i) + "\" (use MB, GB or TB)");
+}
+
+// ---------------------------------------------------------------- JobSpec
+
+Result<JobSpec> JobSpecFromJson(const json& j) {
+  JobSpec spec;
+  JsonReader r(j, "");
+  TIDE_RETURN_IF_ERROR(r.status());
+
+  if (auto v = r.String("name")) {
+    if (v->size() > kMaxNameLength) {
+      r.Fail("name", "longer than " + std::to_string(kMaxNameLength) + " characters");
+    }
+    spec.name = *v;
+  }
+  if (auto v = r.String("image")) {
+    if (v->empty()) r.Fail("image", "must not be empty");
+    spec.image = *v;
+  }
+  // command: a list of arguments, or one string run by /bin/sh -c.
+  if (!r.Has("command")) {
+    r.Fail("command", "is required");
+    (void)r.StringList("command", true);
+  } else if (j["command"].is_string()) {
+    auto cmd = r.String("command");
+    if (cmd && cmd->empty()) r.Fail("command", "must not be empty");
+    if (cmd) spec.command = {"/bin/sh", "-c", *cmd};
+  } else if (auto v = r.StringList("command")) {
+    if (v->empty()) r.Fail("command", "must not be empty");
+    if (v->size() > kMaxCommandArgs) r.Fail("command", "too many arguments");
+    if (!v->empty() && (*v)[0].empty()) r.Fail("command[0]", "must not be empty");
+    spec.command = *v;
+  }
+  if (auto v = r.StringMap("env")) {
+    for (auto& [k, val] : *v) {
+      bool ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
+      for (char c : k) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+      if (!ok) r.Fail("env." + k, "is not a valid environment variable name");
+    }
+    spec.env = *v;
+  }
+  if (const json* res = r.Object("resources")) {
+    JsonReader rr(*res, "resources");
+    if (auto n = rr.Int("gpu_count")) {
+      if (*n < 1) rr.Fail("gpu_count", "must be at least 1");
+      else if (*n > kMaxGpuCount) rr.Fail("gpu_count", "must be at most " + std::to_string(kMaxGpuCount));
+      else spec.resources.gpu_count = static_cast<int>(*n);
+    }
+    if (auto types = rr.StringList("gpu_type", /*allow_scalar=*/true)) {
+      for (auto& t : *types) {
+        std::string c = CanonicalGpuModel(t);
+        if (c.empty()) rr.Fail("gpu_type", "\"" + t + "\" is not a GPU model");
+        else if (c != "ANY") spec.resources.gpu_types.push_back(c);
+      }
+    }
+    if (auto mb = ReadMemory(rr, "gpu_memory")) {
+      if (*mb < 0) rr.Fail("gpu_memory", "must not be negative");
+      spec.resources.gpu_memory_mb = *mb;
+    }
+    if (auto c = rr.Number("cpus")) {
+      if (*c <= 0) rr.Fail("cpus", "must be positive");
+      spec.resources.cpus = *c;
+    }
+    if (auto mb = ReadMemory(rr, "memory")) {
+      if (*mb <= 0) rr.Fail("memory", "must be positive");
+      spec.resources.memory_mb = *mb;
+    }
+    TIDE_RETURN_IF_ERROR(rr.Finish());
+  }
+  if (auto d = ReadDuration(r, "max_runtime")) {
+    if (*d == 0) r.Fail("max_runtime", "must be positive");
+    spec.max_runtime_s = *d;
+  }
+  if (auto d = ReadDuration(r, "grace")) {
+    if (*d > 3600) r.Fail("grace", "must be at most 1h");
+    spec.grace_s = *d;
+  }
+  if (auto v = r.String("code")) {
+    bool ok = v->size() == 64;
+    for (char c : *v) ok = ok && std::isxdigit(static_cast<unsigned char>(c));
+    if (!ok) r.Fail("code", "must be the id of an uploaded code archive (64 hex characters)");
+    spec.code = *v;
+  }
+  if (auto v = r.StringList("tags")) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      if ((*v)[i].empty() || (*v)[i].size() > kMaxNameLength) {
+        r.Fail("tags[" + std::to_string(i) + "]", "must be 1 to 128 characters");
+      }
+    }
+    spec.tags = *v;
+  }
+  TIDE_RETURN_IF_ERROR(r.Finish());
+  return spec;
+}
+
+json ToJson(const JobSpec& s) {
+  json res = {{"gpu_count", s.resources.gpu_count}};
+  if (!s.resources.gpu_types.empty()) res["gpu_type"] = s.resources.gpu_types;
+  if (s.resources.gpu_memory_mb) res["gpu_memory"] = s.resources.gpu_memory_mb;
+  if (s.resources.cpus > 0) res["cpus"] = s.resources.cpus;
+  if (s.resources.memory_mb) res["memory"] = s.resources.memory_mb;
+  json j = {{"name", s.name},   {"image", s.image},  {"command", s.command},
+            {"env", s.env},     {"resources", res},  {"grace", s.grace_s},
+            {"tags", s.tags}};
+  if (s.max_runtime_s) j["max_runtime"] = s.max_runtime_s;
+  if (!s.code.empty()) j["code"] = s.code;
+  return j;
+}
+
+// ---------------------------------------------------------------- Job
+
+json ToJson(const Attempt& a) {
+  json j = {{"attempt", a.attempt}, {"node_id", a.node_id}, {"gpus", a.gpus},
+            {"started_at", a.started_at}, {"finished_at", a.finished_at},
+            {"reason", a.reason}};
+  j["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
+  return j;
+}
+
+Result<Attempt> AttemptFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("attempt must be an object");
+  Attempt a;
+  a.attempt = j.value("attempt", 0);
+  a.node_id = j.value("node_id", "");
+  if (j.contains("gpus")) a.gpus = IntList(j["gpus"]);
+  a.started_at = j.value("started_at", int64_t{0});
+  a.finished_at = j.value("finished_at", int64_t{0});
+  a.reason = j.value("reason", "");
+  if (j.contains("exit_code") && j["exit_code"].is_number_integer()) a.exit_code = j["exit_code"].get<int>();
+  return a;
+}
+
+json ToJson(const Job& job) {
+  json j = ToJson(job.spec);
+  j["id"] = job.id;
+  j["owner"] = job.owner;
+  j["status"] = JobStatusName(job.status);
+  j["reason"] = job.reason;
+  j["pending_reason"] = job.pending_reason;
+  j["exit_code"] = job.exit_code ? json(*job.exit_code) : json(nullptr);
+  j["attempt"] = job.attempt;
+  j["node_id"] = job.node_id;
+  j["gpus"] = job.gpus;
+  j["created_at"] = job.created_at;
+  j["started_at"] = job.started_at;
+  j["finished_at"] = job.finished_at;
+  j["cancel_requested"] = job.cancel_requested;
+  j["cancel_reason"] = job.cancel_reason;
+  json attempts = json::array();
+  for (auto& a : job.attempts) attempts.push_back(ToJson(a));
+  j["attempts"] = attempts;
+  return j;
+}
+
+Result<Job> JobFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("job must be an object");
+  Job job;
+  json spec = json::object();
+  for (const char* k : {"name", "image", "command", "env", "resources", "max_runtime", "grace",
+                        "code", "tags"}) {
+    if (j.contains(k)) spec[k] = j[k];
+  }
+  if (spec.contains("code") && spec["code"] == "") spec.erase("code");
+  if (spec.contains("max_runtime") && spec["max_runtime"] == 0) spec.erase("max_runtime");
+  auto parsed = JobSpecFromJson(spec);
+  if (!parsed.ok()) return parsed.status().WithContext("job record");
+  job.spec = std::move(parsed).value();
+  job.id = j.value("id", "");
+  job.owner = j.value("owner", "");
+  auto st = ParseJobStatus(j.value("status", "queued"));
+  if (!st) return Status::InvalidArgument("bad status", "status");
+  job.status = *st;
+  job.reason = j.value("reason", "");
+  job.pending_reason = j.value("pending_reason", "");
+  if (j.contains("exit_code") && j["exit_code"].is_number_integer()) job.exit_code = j["exit_code"].get<int>();
+  job.attempt = j.value("attempt", 1);
+  job.node_id = j.value("node_id", "");
+  if (j.contains("gpus")) job.gpus = IntList(j["gpus"]);
+  job.created_at = j.value("created_at", int64_t{0});
+  job.started_at = j.value("started_at", int64_t{0});
+  job.finished_at = j.value("finished_at", int64_t{0});
+  job.cancel_requested = j.value("cancel_requested", false);
+  job.cancel_reason = j.value("cancel_reason", "");
+  if (j.contains("attempts") && j["attempts"].is_array()) {
+    for (auto& a : j["attempts"]) {
+      auto at = AttemptFromJson(a);
+      if (!at.ok()) return at.status();
+      job.attempts.push_back(*at);
+    }
+  }
+  return job;
+}
+
+// ---------------------------------------------------------------- Node
+
+json ToJson(const Gpu& g) {
+  return {{"index", g.index},
+          {"name", g.name},
+          {"model", g.model},
+          {"memory_mb", g.memory_mb},
+          {"uuid", g.uuid},
+          {"utilization_pct", g.utilization_pct},
+          {"memory_used_mb", g.memory_used_mb},
+          {"temperature_c", g.temperature_c}};
+}
+
+Result<Gpu> GpuFromJson(const json& j, const std::string& prefix) {
+  JsonReader r(j, prefix);
+  TIDE_RETURN_IF_ERROR(r.status());
+  Gpu g;
+  if (auto v = r.Int("index", true)) g.index = static_cast<int>(*v);
+  if (auto v = r.String("name", true)) g.name = *v;
+  if (auto v = r.String("model")) g.model = *v;
+  if (g.model.empty()) g.model = CanonicalGpuModel(g.name);
+  if (auto v = r.Int("memory_mb")) g.memory_mb = *v;
+  if (auto v = r.String("uuid")) g.uuid = *v;
+  if (auto v = r.Int("utilization_pct")) g.utilization_pct = static_cast<int>(*v);
+  if (auto v = r.Int("memory_used_mb")) g.memory_used_mb = *v;
+  if (auto v = r.Int("temperature_c")) g.temperature_c = static_cast<int>(*v);
+  TIDE_RETURN_IF_ERROR(r.Finish());
+  if (g.index < 0 || g.index > 1024) return Status::InvalidArgument("out of range", prefix + ".index");
+  if (g.memory_mb < 0) return Status::InvalidArgument("must not be negative", prefix + ".memory_mb");
+  return g;
+}
+
+namespace {
+Result<std::vector<Gpu>> GpuList(const json& j, const std::string& key) {
+  std::vector<Gpu> out;
+  if (!j.contains(key)) return out;
+  if (!j[key].is_array()) return Status::InvalidArgument("must be a list", key);
+  for (size_t i = 0; i < j[key].size(); ++i) {
+    auto g = GpuFromJson(j[key][i], key + "[" + std::to_string(i) + "]");
+    if (!g.ok()) return g.status();
+    out.push_back(*g);
+  }
+  return out;
+}
+}  // namespace
+
+json ToJson(const Node& n) {
+  json gpus = json::array();
+  for (auto& g : n.gpus) gpus.push_back(ToJson(g));
+  return {{"id", n.id},
+          {"name", n.name},
+          {"hostname", n.hostname},
+          {"state", n.state == NodeState::kReady ? "ready" : "lost"},
+          {"gpus", gpus},
+          {"registered_at", n.registered_at},
+          {"last_heartbeat", n.last_heartbeat}};
+}
+
+Result<Node> NodeFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("node must be an object");
+  Node n;
+  n.id = j.value("id", "");
+  n.name = j.value("name", "");
+  n.hostname = j.value("hostname", "");
+  n.state = j.value("state", "ready") == "ready" ? NodeState::kReady : NodeState::kLost;
+  auto gpus = GpuList(j, "gpus");
+  if (!gpus.ok()) return gpus.status();
+  n.gpus = *gpus;
+  n.registered_at = j.value("registered_at", int64_t{0});
+  n.last_heartbeat = j.value("last_heartbeat", int64_t{0});
+  return n;
+}
+
+// ---------------------------------------------------------------- agent protocol
+
+json ToJson(const RegisterRequest& r) {
+  json gpus = json::array();
+  for (auto& g : r.gpus) gpus.push_back(ToJson(g));
+  return {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}};
+}
+
+Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
+  JsonReader r(j, "");
+  TIDE_RETURN_IF_ERROR(r.status());
+  RegisterRequest req;
+  if (auto v = r.String("name", true)) req.name = *v;
+  if (auto v = r.String("hostname")) req.hostname = *v;
+  (void)r.Raw("gpus");
+  TIDE_RETURN_IF_ERROR(r.Finish());
+  auto gpus = GpuList(j, "gpus");
+  if (!gpus.ok()) return gpus.status();
+  req.gpus = *gpus;
+  if (req.name.empty() || req.name.size() > kMaxNameLength) {
+    return Status::InvalidArgument("must be 1 to 128 characters", "name");
+  }
+  return req;
+}
+
+json ToJson(const Heartbeat& h) {
+  json gpus = json::array();
+  for (auto& g : h.gpus) gpus.push_back(ToJson(g));
+  json running = json::array();
+  for (auto& r : h.running) running.push_back({{"job_id", r.job_id}, {"attempt", r.attempt}});
+  return {{"gpus", gpus}, {"running", running}};
+}
+
+Result<Heartbeat> HeartbeatFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("must be a JSON object", "body");
+  Heartbeat h;
+  auto gpus = GpuList(j, "gpus");
+  if (!gpus.ok()) return gpus.status();
+  h.gpus = *gpus;
+  if (j.contains("running")) {
+    if (!j["running"].is_array()) return Status::InvalidArgument("must be a list", "running");
+    for (size_t i = 0; i < j["running"].size(); ++i) {
+      JsonReader r(j["running"][i], "running[" + std::to_string(i) + "]");
+      RunningJob rj;
+      if (auto v = r.String("job_id", true)) rj.job_id = *v;
+      if (auto v = r.Int("attempt", true)) rj.attempt = static_cast<int>(*v);
+      TIDE_RETURN_IF_ERROR(r.Finish());
+      h.running.push_back(rj);
+    }
+  }
+  return h;
+}
+
+json ToJson(const AgentWork& w) {
+  json as = json::array();
+  for (auto& a : w.assignments) as.push_back(ToJson(a.job));
+  json cs = json::array();
+  for (auto& c : w.cancels) {
+    cs.push_back({{"job_id", c.job_id}, {"attempt", c.attempt}, {"reason", c.reason},
+                  {"grace", c.grace_s}});
+  }
+  return {{"assignments", as}, {"cancels", cs}};
+}
+
+Result<AgentWork> AgentWorkFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("must be a JSON object", "body");
+  AgentWork w;
+  if (j.contains("assignments") && j["assignments"].is_array()) {
+    for (auto& a : j["assignments"]) {
+      auto job = JobFromJson(a);
+      if (!job.ok()) return job.status();
+      w.assignments.push_back({*job});
+    }
+  }
+  if (j.contains("cancels") && j["cancels"].is_array()) {
+    for (auto& c : j["cancels"]) {
+      CancelOrder o;
+      o.job_id = c.value("job_id", "");
+      o.attempt = c.value("attempt", 0);
+      o.reason = c.value("reason", "");
+      o.grace_s = c.value("grace", int64_t{30});
+      w.cancels.push_back(o);
+    }
+  }
+  return w;
+}
+
+json ToJson(const JobEvent& e) {
+  json j = {{"attempt", e.attempt}, {"state", e.state}, {"reason", e.reason},
+            {"message", e.message}};
+  if (e.exit_code) j["exit_code"] = *e.exit_code;
+  return j;
+}
+
+Result<JobEvent> JobEventFromJson(const json& j) {
+  JsonReader r(j, "");
+  TIDE_RETURN_IF_ERROR(r.status());
+  JobEvent e;
+  if (auto v = r.Int("attempt", true)) e.attempt = static_cast<int>(*v);
+  if (auto v = r.String("state", true)) e.state = *v;
+  if (auto v = r.Int("exit_code")) e.exit_code = static_cast<int>(*v);
+  if (auto v = r.String("reason")) e.reason = *v;
+  if (auto v = r.String("message")) e.message = v->substr(0, 4096);
+  TIDE_RETURN_IF_ERROR(r.Finish());
+  if (e.state != "running" && e.state != "exited") {
+    return Status::InvalidArgument("must be \"running\" or \"exited\"", "state");
+  }
+  return e;
+}
+
+json ErrorJson(const Status& s) {
+  json e = {{"code", CodeName(s.code())}, {"message", s.message()}};
+  if (!s.field().empty()) e["field"] = s.field();
+  return {{"error", e}};
+}
+
+Status StatusFromErrorJson(int http_status, const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  std::string msg = "HTTP " + std::to_string(http_status);
+  std::string field;
+  std::string code;
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    msg = j["error"].value("message", msg);
+    field = j["error"].value("field", "");
+    code = j["error"].value("code", "");
+  } else if (!body.empty()) {
+    msg += ": " + body.substr(0, 200);
+  }
+  if (code == "invalid_argument" || http_status == 400) return Status::InvalidArgument(msg, field);
+  if (http_status == 401) return Status::Unauthenticated(msg);
+  if (http_status == 403) return Status::PermissionDenied(msg);
+  if (http_status == 404) return Status::NotFound(msg);
+  if (http_status == 409) return Status::Conflict(msg);
+  if (http_status == 413) return Status::TooLarge(msg);
+  if (http_status == 503) return Status::Unavailable(msg);
+  return Status::Internal(msg);
+}
+
+}  // namespace tide::api

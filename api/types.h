@@ -1,0 +1,188 @@
+// Wire types of the Tide API: job specs, jobs, nodes and the agent protocol.
+//
+// Each type has ToJson() and a strict FromJson() that names the offending
+// field on error (see common/json_reader.h). These are the shapes documented
+// in docs/api.md and docs/spec.md; the server also uses Job and Node as its
+// in-memory records.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tide::api {
+
+using nlohmann::json;
+
+// --- limits (documented in docs/api.md) ---
+inline constexpr size_t kMaxRequestBody = 1 << 20;            // JSON bodies: 1 MiB
+inline constexpr size_t kMaxUploadBody = 256 << 20;           // code archives, outputs: 256 MiB
+inline constexpr size_t kMaxLogChunk = 4 << 20;               // one agent log chunk: 4 MiB
+inline constexpr int kMaxGpuCount = 64;
+inline constexpr size_t kMaxNameLength = 128;
+inline constexpr size_t kMaxCommandArgs = 4096;
+
+enum class JobStatus : uint8_t { kQueued, kStarting, kRunning, kCompleted, kFailed, kCancelled };
+const char* JobStatusName(JobStatus s);
+std::optional<JobStatus> ParseJobStatus(const std::string& s);
+bool IsTerminal(JobStatus s);
+
+// "NVIDIA GeForce RTX 4090" -> "RTX4090", "NVIDIA A100-SXM4-80GB" -> "A100",
+// "rtx 4090" -> "RTX4090", "H100" -> "H100". Used on both the node's model
+// and the job's requested type, so they compare by equality.
+std::string CanonicalGpuModel(const std::string& name);
+
+// "24GB", "24G", "24576MB", "80GiB" -> MiB. A bare number means MiB.
+Result<int64_t> ParseMemoryMb(const std::string& text);
+
+struct Resources {
+  int gpu_count = 1;
+  std::vector<std::string> gpu_types;  // canonical models; empty = any
+  int64_t gpu_memory_mb = 0;           // minimum per GPU; 0 = any
+  double cpus = 0;                     // 0 = unspecified
+  int64_t memory_mb = 0;               // 0 = unspecified
+};
+
+struct JobSpec {
+  std::string name;
+  std::string image = "host";
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  Resources resources;
+  int64_t max_runtime_s = 0;  // 0 = no limit
+  int64_t grace_s = 30;       // notice before SIGKILL on cancel/timeout
+  std::string code;           // id of an uploaded code archive ("" = none)
+  std::vector<std::string> tags;
+};
+
+// Strict parse of a client's spec (JSON body of POST /v1/jobs).
+Result<JobSpec> JobSpecFromJson(const json& j);
+json ToJson(const JobSpec& spec);
+
+struct Attempt {
+  int attempt = 0;
+  std::string node_id;
+  std::vector<int> gpus;
+  int64_t started_at = 0;   // unix ms
+  int64_t finished_at = 0;  // unix ms
+  std::string reason;
+  std::optional<int> exit_code;
+};
+json ToJson(const Attempt& a);
+Result<Attempt> AttemptFromJson(const json& j);
+
+struct Job {
+  std::string id;
+  std::string owner;  // user id
+  JobSpec spec;
+  JobStatus status = JobStatus::kQueued;
+  std::string reason;          // detail of the status: timeout, exit_code:3, node_lost, ...
+  std::string pending_reason;  // while queued: why it is not running yet
+  std::optional<int> exit_code;
+  int attempt = 1;
+  std::string node_id;  // current or last node
+  std::vector<int> gpus;
+  int64_t created_at = 0;
+  int64_t started_at = 0;
+  int64_t finished_at = 0;
+  bool cancel_requested = false;
+  std::string cancel_reason;
+  std::vector<Attempt> attempts;  // finished attempts and the current one
+};
+json ToJson(const Job& job);
+// Reads back what ToJson wrote (store records, client responses).
+Result<Job> JobFromJson(const json& j);
+
+struct Gpu {
+  int index = 0;
+  std::string name;   // as the driver reports it
+  std::string model;  // canonical
+  int64_t memory_mb = 0;
+  std::string uuid;
+  // Telemetry from the last heartbeat; -1 = unknown.
+  int utilization_pct = -1;
+  int64_t memory_used_mb = -1;
+  int temperature_c = -1;
+};
+json ToJson(const Gpu& g);
+Result<Gpu> GpuFromJson(const json& j, const std::string& prefix);
+
+enum class NodeState : uint8_t { kReady, kLost };
+
+struct Node {
+  std::string id;
+  std::string name;
+  std::string hostname;
+  NodeState state = NodeState::kReady;
+  std::vector<Gpu> gpus;
+  int64_t registered_at = 0;
+  int64_t last_heartbeat = 0;
+};
+json ToJson(const Node& n);
+Result<Node> NodeFromJson(const json& j);
+
+// --- agent protocol ---
+
+struct RegisterRequest {
+  std::string name;
+  std::string hostname;
+  std::vector<Gpu> gpus;
+};
+json ToJson(const RegisterRequest& r);
+Result<RegisterRequest> RegisterRequestFromJson(const json& j);
+
+struct RunningJob {
+  std::string job_id;
+  int attempt = 0;
+};
+
+struct Heartbeat {
+  std::vector<Gpu> gpus;            // telemetry
+  std::vector<RunningJob> running;  // what the agent is running now
+};
+json ToJson(const Heartbeat& h);
+Result<Heartbeat> HeartbeatFromJson(const json& j);
+
+// One placement handed to an agent.
+struct Assignment {
+  Job job;  // includes spec, attempt and gpus
+};
+
+struct CancelOrder {
+  std::string job_id;
+  int attempt = 0;
+  std::string reason;  // cancelled, timeout, node_lost, ...
+  int64_t grace_s = 30;
+};
+
+// Answer of the assignments long-poll and of a heartbeat.
+struct AgentWork {
+  std::vector<Assignment> assignments;
+  std::vector<CancelOrder> cancels;
+};
+json ToJson(const AgentWork& w);
+Result<AgentWork> AgentWorkFromJson(const json& j);
+
+// POST /v1/agent/jobs/{id}/events
+struct JobEvent {
+  int attempt = 0;
+  std::string state;  // "running" or "exited"
+  std::optional<int> exit_code;
+  std::string reason;  // for exited: "" (normal), timeout, cancelled, start_failed, ...
+  std::string message;
+};
+json ToJson(const JobEvent& e);
+Result<JobEvent> JobEventFromJson(const json& j);
+
+// {"error": {"code", "message", "field"}}
+json ErrorJson(const Status& s);
+// Turns an error body back into a Status (for the client side).
+Status StatusFromErrorJson(int http_status, const std::string& body);
+
+}  // namespace tide::api

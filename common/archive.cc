@@ -1,0 +1,211 @@
+#include "common/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "common/paths.h"
+
+namespace tide {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ReaderDeleter {
+  void operator()(struct archive* a) const { archive_read_free(a); }
+};
+struct WriterDeleter {
+  void operator()(struct archive* a) const { archive_write_free(a); }
+};
+using Reader = std::unique_ptr<struct archive, ReaderDeleter>;
+using Writer = std::unique_ptr<struct archive, WriterDeleter>;
+
+Result<Reader> OpenReader(const std::string& data) {
+  Reader r(archive_read_new());
+  archive_read_support_filter_gzip(r.get());
+  archive_read_support_filter_none(r.get());
+  archive_read_support_format_tar(r.get());
+  if (archive_read_open_memory(r.get(), data.data(), data.size()) != ARCHIVE_OK) {
+    return Status::InvalidArgument(std::string("not a tar.gz archive: ") +
+                                   archive_error_string(r.get()));
+  }
+  return r;
+}
+
+// Walks every header; `visit` gets the cleaned path and the entry.
+template <typename Visit>
+Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit visit) {
+  auto reader = OpenReader(data);
+  if (!reader.ok()) return reader.status();
+  struct archive* a = reader->get();
+  int64_t total = 0, count = 0;
+  struct archive_entry* entry;
+  while (true) {
+    int rc = archive_read_next_header(a, &entry);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc != ARCHIVE_OK) {
+      return Status::InvalidArgument(std::string("corrupt archive: ") + archive_error_string(a));
+    }
+    const char* raw = archive_entry_pathname(entry);
+    std::string name = raw ? raw : "";
+    if (++count > limits.max_entries) {
+      return Status::InvalidArgument("archive has more than " +
+                                     std::to_string(limits.max_entries) + " entries");
+    }
+    mode_t type = archive_entry_filetype(entry);
+    if (archive_entry_hardlink(entry) != nullptr) {
+      return Status::InvalidArgument("archive entry \"" + name + "\" is a hard link");
+    }
+    if (type != AE_IFREG && type != AE_IFDIR) {
+      return Status::InvalidArgument("archive entry \"" + name +
+                                     "\" is not a regular file or directory (symlinks and "
+                                     "devices are not allowed)");
+    }
+    if (!name.empty() && name.back() == '/') name.pop_back();
+    if (name == "." || name.empty()) continue;
+    auto clean = CleanRelativePath(name);
+    if (!clean.ok()) {
+      return Status::InvalidArgument("archive entry \"" + name + "\": " + clean.status().message());
+    }
+    total += archive_entry_size(entry);
+    if (total > limits.max_unpacked_bytes) {
+      return Status::InvalidArgument("archive unpacks to more than " +
+                                     std::to_string(limits.max_unpacked_bytes) + " bytes");
+    }
+    TIDE_RETURN_IF_ERROR(visit(a, entry, *clean, type));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> PackDirectory(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::InvalidArgument(dir + " is not a directory");
+  std::string out;
+  Writer w(archive_write_new());
+  archive_write_add_filter_gzip(w.get());
+  archive_write_set_format_pax_restricted(w.get());
+  auto write_cb = [](struct archive*, void* client, const void* buf, size_t n) -> la_ssize_t {
+    static_cast<std::string*>(client)->append(static_cast<const char*>(buf), n);
+    return static_cast<la_ssize_t>(n);
+  };
+  if (archive_write_open(w.get(), &out, nullptr, write_cb, nullptr) != ARCHIVE_OK) {
+    return Status::Internal(std::string("archive: ") + archive_error_string(w.get()));
+  }
+  std::vector<fs::path> paths;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    paths.push_back(it->path());
+  }
+  if (ec) return Status::Internal("walk " + dir + ": " + ec.message());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    std::string rel = fs::relative(p, dir).generic_string();
+    auto st = fs::symlink_status(p);
+    std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(),
+                                                                            archive_entry_free);
+    archive_entry_set_pathname(e.get(), rel.c_str());
+    if (fs::is_symlink(st)) {
+      return Status::InvalidArgument("code directory contains a symlink: " + rel);
+    } else if (fs::is_directory(st)) {
+      archive_entry_set_filetype(e.get(), AE_IFDIR);
+      archive_entry_set_perm(e.get(), 0755);
+      if (archive_write_header(w.get(), e.get()) != ARCHIVE_OK) {
+        return Status::Internal("archive " + rel + ": " + archive_error_string(w.get()));
+      }
+    } else if (fs::is_regular_file(st)) {
+      auto content = ReadFile(p.string());
+      if (!content.ok()) return content.status();
+      archive_entry_set_filetype(e.get(), AE_IFREG);
+      bool exec = (static_cast<unsigned>(st.permissions()) & 0100) != 0;
+      archive_entry_set_perm(e.get(), exec ? 0755 : 0644);
+      archive_entry_set_size(e.get(), static_cast<la_int64_t>(content->size()));
+      if (archive_write_header(w.get(), e.get()) != ARCHIVE_OK ||
+          (!content->empty() &&
+           archive_write_data(w.get(), content->data(), content->size()) < 0)) {
+        return Status::Internal("archive " + rel + ": " + archive_error_string(w.get()));
+      }
+    } else {
+      return Status::InvalidArgument("code directory contains a special file: " + rel);
+    }
+  }
+  if (archive_write_close(w.get()) != ARCHIVE_OK) {
+    return Status::Internal(std::string("archive: ") + archive_error_string(w.get()));
+  }
+  return out;
+}
+
+Status ValidateArchive(const std::string& archive, const ArchiveLimits& limits) {
+  // A name used twice as a file, or as both a file and a directory (also
+  // implicitly, as the parent of a later entry), could only half-unpack.
+  std::set<std::string> files, dirs;
+  return ForEachEntry(
+      archive, limits,
+      [&](struct archive*, struct archive_entry*, const std::string& rel, mode_t type) {
+        for (size_t slash = rel.find('/'); slash != std::string::npos;
+             slash = rel.find('/', slash + 1)) {
+          std::string parent = rel.substr(0, slash);
+          if (files.count(parent)) {
+            return Status::InvalidArgument("archive entry \"" + rel + "\" is inside the file \"" +
+                                           parent + "\"");
+          }
+          dirs.insert(parent);
+        }
+        bool is_dir = type == AE_IFDIR;
+        if (files.count(rel) || (!is_dir && dirs.count(rel))) {
+          return Status::InvalidArgument("archive entry \"" + rel + "\" appears more than once");
+        }
+        (is_dir ? dirs : files).insert(rel);
+        return Status::Ok();
+      });
+}
+
+Status UnpackArchive(const std::string& archive, const std::string& dest,
+                     const ArchiveLimits& limits) {
+  TIDE_RETURN_IF_ERROR(ValidateArchive(archive, limits));
+  std::error_code ec;
+  fs::create_directories(dest, ec);
+  if (ec) return Status::Internal("create " + dest + ": " + ec.message());
+  return ForEachEntry(
+      archive, limits,
+      [&](struct archive* a, struct archive_entry* entry, const std::string& rel, mode_t type) {
+        fs::path target = fs::path(dest) / rel;
+        // Parents were created by us from validated names; refuse to follow a
+        // symlink planted under dest by anything else, the target included.
+        fs::path p = dest;
+        for (const fs::path& part : fs::path(rel)) {
+          p /= part;
+          if (fs::is_symlink(fs::symlink_status(p, ec))) {
+            return Status::InvalidArgument("refusing to unpack through symlink " + p.string());
+          }
+        }
+        if (type == AE_IFDIR) {
+          fs::create_directories(target, ec);
+          if (ec) return Status::Internal("mkdir " + target.string() + ": " + ec.message());
+          return Status::Ok();
+        }
+        fs::create_directories(target.parent_path(), ec);
+        std::ofstream out(target, std::ios::binary | std::ios::trunc);
+        if (!out) return Status::Internal("cannot write " + target.string());
+        char buf[65536];
+        la_ssize_t n;
+        while ((n = archive_read_data(a, buf, sizeof(buf))) > 0) out.write(buf, n);
+        if (n < 0) return Status::InvalidArgument(std::string("corrupt archive: ") +
+                                                  archive_error_string(a));
+        out.close();
+        if (!out) return Status::Internal("write " + target.string() + " failed");
+        mode_t perm = archive_entry_perm(entry) & 0755;
+        fs::permissions(target, static_cast<fs::perms>(perm | 0600), ec);
+        return Status::Ok();
+      });
+}
+
+}  // namespace tide

@@ -1,0 +1,34 @@
+// Code archives: a directory packed as .tar.gz by the CLI, checked by the
+// server on upload, unpacked into a job's work directory by the agent.
+//
+// Only regular files and directories are allowed. Symlinks, hard links,
+// devices, absolute names and ".." are refused, so an archive can never
+// write outside the directory it is unpacked into.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace tide {
+
+struct ArchiveLimits {
+  int64_t max_unpacked_bytes = 4LL << 30;  // 4 GiB
+  int64_t max_entries = 200'000;
+};
+
+// Packs the regular files and directories under `dir` (recursively) into a
+// gzip-compressed tar held in memory. Symlinks in the source are refused.
+Result<std::string> PackDirectory(const std::string& dir);
+
+// Checks every entry of `archive` without writing anything. The error names
+// the first bad entry.
+Status ValidateArchive(const std::string& archive, const ArchiveLimits& limits = {});
+
+// Unpacks into `dest` (created if missing). Validates first, so a bad archive
+// leaves nothing behind.
+Status UnpackArchive(const std::string& archive, const std::string& dest,
+                     const ArchiveLimits& limits = {});
+
+}  // namespace tide

@@ -1,0 +1,310 @@
+#include "common/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/paths.h"
+
+namespace tide {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One hand-made tar entry.
+struct Entry {
+  std::string name;
+  mode_t type = AE_IFREG;
+  std::string data;
+  int perm = 0644;
+  std::string symlink;   // for AE_IFLNK
+  std::string hardlink;  // makes this a hard link entry
+  int64_t size = -1;     // header size; -1 = data.size()
+};
+
+// Builds a tar (gzip-compressed unless `gzip` is false) with libarchive's
+// write API, so tests can make archives PackDirectory would never produce.
+std::string BuildArchive(const std::vector<Entry>& entries, bool gzip = true) {
+  std::string out;
+  struct archive* a = archive_write_new();
+  if (gzip) archive_write_add_filter_gzip(a);
+  archive_write_set_format_pax_restricted(a);
+  auto cb = [](struct archive*, void* client, const void* buf, size_t n) -> la_ssize_t {
+    static_cast<std::string*>(client)->append(static_cast<const char*>(buf), n);
+    return static_cast<la_ssize_t>(n);
+  };
+  EXPECT_EQ(archive_write_open(a, &out, nullptr, cb, nullptr), ARCHIVE_OK);
+  for (const Entry& e : entries) {
+    struct archive_entry* ae = archive_entry_new();
+    archive_entry_set_pathname(ae, e.name.c_str());
+    archive_entry_set_filetype(ae, e.type);
+    archive_entry_set_perm(ae, e.perm);
+    if (!e.symlink.empty()) archive_entry_set_symlink(ae, e.symlink.c_str());
+    if (!e.hardlink.empty()) archive_entry_set_hardlink(ae, e.hardlink.c_str());
+    if (e.type == AE_IFCHR || e.type == AE_IFBLK) {
+      archive_entry_set_rdevmajor(ae, 1);
+      archive_entry_set_rdevminor(ae, 3);
+    }
+    int64_t size = e.size >= 0 ? e.size : static_cast<int64_t>(e.data.size());
+    if (e.type == AE_IFREG && e.hardlink.empty()) archive_entry_set_size(ae, size);
+    EXPECT_GE(archive_write_header(a, ae), ARCHIVE_WARN) << archive_error_string(a);
+    if (!e.data.empty()) archive_write_data(a, e.data.data(), e.data.size());
+    archive_entry_free(ae);
+  }
+  EXPECT_EQ(archive_write_close(a), ARCHIVE_OK);
+  archive_write_free(a);
+  return out;
+}
+
+// Relative path -> ("d" or "f" + mode bits + content) for every entry under root.
+std::map<std::string, std::string> Snapshot(const std::string& root) {
+  std::map<std::string, std::string> out;
+  for (auto& e : fs::recursive_directory_iterator(root)) {
+    std::string rel = fs::relative(e.path(), root).generic_string();
+    auto st = e.symlink_status();
+    if (fs::is_directory(st)) {
+      out[rel] = "d";
+    } else if (fs::is_regular_file(st)) {
+      bool exec = (static_cast<unsigned>(st.permissions()) & 0100) != 0;
+      out[rel] = std::string("f") + (exec ? "x:" : "-:") + *ReadFile(e.path().string());
+    } else {
+      out[rel] = "other";
+    }
+  }
+  return out;
+}
+
+class ArchiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "tide_archive_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    src_ = root_ + "/src";
+    dest_ = root_ + "/dest";
+    fs::create_directories(src_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  void Write(const std::string& rel, const std::string& data, int mode = 0644) {
+    ASSERT_TRUE(WriteFileAtomic(src_ + "/" + rel, data, mode).ok());
+  }
+
+  // The archive is refused by both entry points and nothing is written.
+  void ExpectRefused(const std::string& archive, const std::string& what,
+                     const ArchiveLimits& limits = {}) {
+    Status v = ValidateArchive(archive, limits);
+    EXPECT_FALSE(v.ok()) << what << " passed validation";
+    if (!v.ok()) {
+      EXPECT_EQ(v.code(), Code::kInvalidArgument) << what << ": " << v.ToString();
+    }
+    Status u = UnpackArchive(archive, dest_, limits);
+    EXPECT_FALSE(u.ok()) << what << " was unpacked";
+    EXPECT_TRUE(!fs::exists(dest_) || fs::is_empty(dest_)) << what << " left files in dest";
+    EXPECT_FALSE(fs::exists(root_ + "/evil")) << what << " escaped dest";
+    std::error_code ec;
+    fs::remove_all(dest_, ec);
+  }
+
+  std::string root_, src_, dest_;
+};
+
+TEST_F(ArchiveTest, PackThenUnpackIsIdentical) {
+  Write("top.txt", "hello\n");
+  Write("bin/run.sh", "#!/bin/sh\necho hi\n", 0755);
+  std::string blob;
+  for (int i = 0; i < 300000; ++i) blob += static_cast<char>((i * 7919) % 256);
+  Write("a/b/c/deep.bin", blob);
+  Write("zero.txt", "");
+  Write("dir with space/ünï.txt", "unicode");
+  fs::create_directories(src_ + "/empty");
+
+  auto packed = PackDirectory(src_);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_EQ(packed->substr(0, 2), "\x1f\x8b");  // gzip magic
+  ASSERT_TRUE(ValidateArchive(*packed).ok());
+  Status s = UnpackArchive(*packed, dest_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+
+  auto want = Snapshot(src_);
+  auto got = Snapshot(dest_);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got["bin/run.sh"].substr(0, 3), "fx:");
+  EXPECT_EQ(got["top.txt"].substr(0, 3), "f-:");
+  EXPECT_EQ(got["empty"], "d");
+  EXPECT_EQ(got.size(), 11u);
+}
+
+TEST_F(ArchiveTest, PackEmptyDirectory) {
+  auto packed = PackDirectory(src_);
+  ASSERT_TRUE(packed.ok());
+  ASSERT_TRUE(UnpackArchive(*packed, dest_).ok());
+  EXPECT_TRUE(fs::is_directory(dest_));
+  EXPECT_TRUE(fs::is_empty(dest_));
+}
+
+TEST_F(ArchiveTest, UnpackIntoDestWithTrailingSlash) {
+  Write("a/b.txt", "x");
+  auto packed = PackDirectory(src_);
+  ASSERT_TRUE(packed.ok());
+  // Regression: the symlink walk used to loop forever at "/" for "dest/".
+  ASSERT_TRUE(UnpackArchive(*packed, dest_ + "/").ok());
+  EXPECT_EQ(*ReadFile(dest_ + "/a/b.txt"), "x");
+}
+
+TEST_F(ArchiveTest, PackRefusesSymlinksAndSpecialFiles) {
+  Write("ok.txt", "x");
+  fs::create_symlink("/etc/passwd", src_ + "/passwd");
+  auto packed = PackDirectory(src_);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_NE(packed.status().message().find("symlink"), std::string::npos);
+
+  fs::remove(src_ + "/passwd");
+  fs::create_directories(root_ + "/elsewhere");
+  fs::create_directory_symlink(root_ + "/elsewhere", src_ + "/linkdir");
+  EXPECT_FALSE(PackDirectory(src_).ok());
+
+  fs::remove(src_ + "/linkdir");
+  ASSERT_EQ(::mkfifo((src_ + "/fifo").c_str(), 0644), 0);
+  EXPECT_FALSE(PackDirectory(src_).ok());
+
+  EXPECT_FALSE(PackDirectory(root_ + "/missing").ok());
+  EXPECT_FALSE(PackDirectory(src_ + "/ok.txt").ok());
+}
+
+TEST_F(ArchiveTest, HandMadeArchiveWithDotPrefixesUnpacks) {
+  // What `tar czf code.tgz .` produces.
+  std::string a = BuildArchive({{"./", AE_IFDIR, "", 0755},
+                                {"./main.py", AE_IFREG, "print(1)\n"},
+                                {"./pkg/", AE_IFDIR, "", 0755},
+                                {"./pkg/mod.py", AE_IFREG, "x = 1\n"}});
+  ASSERT_TRUE(ValidateArchive(a).ok());
+  ASSERT_TRUE(UnpackArchive(a, dest_).ok());
+  EXPECT_EQ(*ReadFile(dest_ + "/main.py"), "print(1)\n");
+  EXPECT_EQ(*ReadFile(dest_ + "/pkg/mod.py"), "x = 1\n");
+}
+
+TEST_F(ArchiveTest, PlainTarIsAccepted) {
+  std::string a = BuildArchive({{"f.txt", AE_IFREG, "plain"}}, /*gzip=*/false);
+  ASSERT_TRUE(UnpackArchive(a, dest_).ok());
+  EXPECT_EQ(*ReadFile(dest_ + "/f.txt"), "plain");
+}
+
+TEST_F(ArchiveTest, RefusesTraversalNames) {
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"}, {"../evil", AE_IFREG, "pwned"}}),
+                "../evil");
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"}, {"a/../../evil", AE_IFREG, "pwned"}}),
+                "a/../../evil");
+  ExpectRefused(BuildArchive({{"./../evil", AE_IFREG, "pwned"}}), "./../evil");
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"}, {root_ + "/evil", AE_IFREG, "pwned"}}),
+                "absolute name");
+  ExpectRefused(BuildArchive({{"/abs", AE_IFREG, "pwned"}}), "/abs");
+  ExpectRefused(BuildArchive({{"../evil/", AE_IFDIR, "", 0755}}), "../evil/ directory");
+  ExpectRefused(BuildArchive({{"a\\..\\evil", AE_IFREG, "x"}}), "backslash name");
+  ExpectRefused(BuildArchive({{"a\nb", AE_IFREG, "x"}}), "control character");
+}
+
+TEST_F(ArchiveTest, RefusesLinksAndDevices) {
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"},
+                              {"link", AE_IFLNK, "", 0777, root_ + "/evil"}}),
+                "symlink");
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"},
+                              {"link", AE_IFLNK, "", 0777, "../../evil"},
+                              {"link/x", AE_IFREG, "pwned"}}),
+                "symlink then write through it");
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"},
+                              {"hard", AE_IFREG, "", 0644, "", "ok.txt"}}),
+                "hard link");
+  ExpectRefused(BuildArchive({{"hard", AE_IFREG, "", 0644, "", "/etc/passwd"}}),
+                "hard link to an absolute path");
+  ExpectRefused(BuildArchive({{"ok.txt", AE_IFREG, "x"}, {"null", AE_IFCHR}}), "char device");
+  ExpectRefused(BuildArchive({{"disk", AE_IFBLK}}), "block device");
+  ExpectRefused(BuildArchive({{"pipe", AE_IFIFO}}), "fifo");
+}
+
+TEST_F(ArchiveTest, RefusesConflictingEntries) {
+  // A file, then a directory entry or a file beneath it: the second cannot be
+  // created, so the archive must fail validation instead of half-unpacking.
+  ExpectRefused(BuildArchive({{"a", AE_IFREG, "x"}, {"a/b", AE_IFREG, "y"}}), "file under file");
+  ExpectRefused(BuildArchive({{"a", AE_IFREG, "x"}, {"a", AE_IFDIR, "", 0755}}),
+                "directory over file");
+  ExpectRefused(BuildArchive({{"a/b", AE_IFREG, "x"}, {"a", AE_IFREG, "y"}}),
+                "file over directory");
+  ExpectRefused(BuildArchive({{"a", AE_IFREG, "x"}, {"./a", AE_IFREG, "y"}}), "duplicate file");
+  // Repeated directory entries are harmless.
+  std::string ok = BuildArchive(
+      {{"d", AE_IFDIR, "", 0755}, {"d/", AE_IFDIR, "", 0755}, {"d/f", AE_IFREG, "z"}});
+  EXPECT_TRUE(ValidateArchive(ok).ok());
+}
+
+TEST_F(ArchiveTest, RefusesCorruptArchives) {
+  Write("a.txt", std::string(100000, 'a'));
+  Write("b/c.txt", "see");
+  auto packed = PackDirectory(src_);
+  ASSERT_TRUE(packed.ok());
+
+  ExpectRefused("", "empty input");
+  ExpectRefused("this is not an archive at all, just some text", "garbage");
+  ExpectRefused(std::string("\x1f\x8b\x08\x00garbage after a gzip magic", 30), "bad gzip");
+  ExpectRefused(packed->substr(0, packed->size() / 2), "truncated gzip");
+  ExpectRefused(packed->substr(0, 20), "truncated header");
+
+  // A plain tar whose last member is cut short.
+  std::string tar = BuildArchive({{"big", AE_IFREG, std::string(5000, 'b')}}, /*gzip=*/false);
+  ExpectRefused(tar.substr(0, 512 + 1000), "truncated tar member");
+}
+
+TEST_F(ArchiveTest, EnforcesEntryAndSizeLimits) {
+  for (int i = 0; i < 5; ++i) Write("f" + std::to_string(i), std::string(100, 'x'));
+  auto packed = PackDirectory(src_);
+  ASSERT_TRUE(packed.ok());
+
+  ArchiveLimits few;
+  few.max_entries = 4;
+  ExpectRefused(*packed, "too many entries", few);
+  EXPECT_NE(ValidateArchive(*packed, few).message().find("entries"), std::string::npos);
+  few.max_entries = 5;
+  EXPECT_TRUE(ValidateArchive(*packed, few).ok());
+
+  ArchiveLimits small;
+  small.max_unpacked_bytes = 499;
+  ExpectRefused(*packed, "too many bytes", small);
+  EXPECT_NE(ValidateArchive(*packed, small).message().find("bytes"), std::string::npos);
+  small.max_unpacked_bytes = 500;
+  EXPECT_TRUE(ValidateArchive(*packed, small).ok());
+
+  // The header's size counts, not what was actually stored (libarchive pads
+  // the unwritten body with zeros, which gzip shrinks to almost nothing).
+  std::string bomb = BuildArchive({{"zeros", AE_IFREG, "", 0644, "", "", 1 << 20}});
+  EXPECT_LT(bomb.size(), 4096u);
+  ArchiveLimits tiny;
+  tiny.max_unpacked_bytes = 1000;
+  ExpectRefused(bomb, "1 MiB of zeros", tiny);
+}
+
+TEST_F(ArchiveTest, UnpackRefusesSymlinkPlantedInDest) {
+  fs::create_directories(dest_);
+  fs::create_directories(root_ + "/outside");
+  fs::create_directory_symlink(root_ + "/outside", dest_ + "/sub");
+  std::string a = BuildArchive({{"sub/file", AE_IFREG, "x"}});
+  EXPECT_FALSE(UnpackArchive(a, dest_).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/outside/file"));
+
+  fs::create_symlink(root_ + "/outside/target", dest_ + "/file");
+  std::string b = BuildArchive({{"file", AE_IFREG, "x"}});
+  EXPECT_FALSE(UnpackArchive(b, dest_).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/outside/target"));
+}
+
+}  // namespace
+}  // namespace tide

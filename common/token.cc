@@ -1,0 +1,50 @@
+#include "common/token.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace tide {
+
+namespace {
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 15];
+  }
+  return out;
+}
+}  // namespace
+
+std::string RandomHex(size_t nbytes) {
+  std::vector<unsigned char> buf(nbytes);
+  if (RAND_bytes(buf.data(), static_cast<int>(nbytes)) != 1) {
+    fprintf(stderr, "fatal: OpenSSL RAND_bytes failed\n");
+    abort();  // no safe fallback for secrets
+  }
+  return Hex(buf.data(), nbytes);
+}
+
+std::string NewToken(std::string_view prefix) { return std::string(prefix) + RandomHex(32); }
+
+std::string NewId(std::string_view prefix) { return std::string(prefix) + RandomHex(6); }
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace tide

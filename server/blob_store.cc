@@ -1,0 +1,140 @@
+#include "server/blob_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/paths.h"
+#include "common/token.h"
+
+namespace tide::server {
+namespace fs = std::filesystem;
+
+BlobStore::BlobStore(std::string dir) : dir_(std::move(dir)) {}
+
+Status BlobStore::Init() {
+  std::error_code ec;
+  for (const char* sub : {"logs", "outputs", "code"}) {
+    fs::create_directories(fs::path(dir_) / sub, ec);
+    if (ec) return Status::Internal("create " + dir_ + "/" + sub + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+std::string BlobStore::LogPath(const std::string& job, int attempt) const {
+  return dir_ + "/logs/" + job + "/" + std::to_string(attempt) + ".log";
+}
+
+int64_t BlobStore::LogSize(const std::string& job, int attempt) {
+  struct stat st;
+  if (::stat(LogPath(job, attempt).c_str(), &st) != 0) return 0;
+  return st.st_size;
+}
+
+Status BlobStore::AppendLog(const std::string& job, int attempt, int64_t offset,
+                            std::string_view data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t size = LogSize(job, attempt);
+  if (offset + static_cast<int64_t>(data.size()) <= size) return Status::Ok();  // a retry
+  if (offset > size || offset < 0) {
+    return Status::Conflict("log offset " + std::to_string(offset) + " but " +
+                            std::to_string(size) + " bytes stored");
+  }
+  data.remove_prefix(static_cast<size_t>(size - offset));  // overlap with what we have
+  std::string path = LogPath(job, attempt);
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Internal("open " + path + ": " + strerror(errno));
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return Status::Internal("write " + path + ": " + strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int64_t offset,
+                                       int64_t max) {
+  std::string path = LogPath(job, attempt);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string();
+  std::string out;
+  char buf[65536];
+  int64_t pos = offset;
+  while (static_cast<int64_t>(out.size()) < max) {
+    size_t want = std::min<int64_t>(sizeof(buf), max - static_cast<int64_t>(out.size()));
+    ssize_t n = ::pread(fd, buf, want, pos);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    pos += n;
+  }
+  ::close(fd);
+  return out;
+}
+
+Status BlobStore::PutOutput(const std::string& job, const std::string& rel_path,
+                            std::string_view data) {
+  auto clean = CleanRelativePath(rel_path);
+  if (!clean.ok()) return Status::InvalidArgument(clean.status().message(), "path");
+  return WriteFileAtomic(dir_ + "/outputs/" + job + "/" + *clean, data);
+}
+
+Result<std::vector<BlobFile>> BlobStore::ListOutputs(const std::string& job) {
+  std::vector<BlobFile> out;
+  fs::path root = fs::path(dir_) / "outputs" / job;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    std::string rel = fs::relative(it->path(), root).generic_string();
+    if (rel.find(".tmp-") != std::string::npos) continue;  // a write in progress
+    out.push_back({rel, static_cast<int64_t>(it->file_size())});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.path < b.path; });
+  return out;
+}
+
+Result<std::string> BlobStore::GetOutput(const std::string& job, const std::string& rel_path) {
+  auto clean = CleanRelativePath(rel_path);
+  if (!clean.ok()) return Status::InvalidArgument(clean.status().message(), "path");
+  std::string path = dir_ + "/outputs/" + job + "/" + *clean;
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(path, ec))) {
+    return Status::NotFound("no output " + *clean);
+  }
+  return ReadFile(path);
+}
+
+Result<std::string> BlobStore::PutCode(const std::string& owner, const std::string& archive) {
+  std::string id = Sha256Hex(archive);
+  std::string path = dir_ + "/code/" + owner + "/" + id + ".tar.gz";
+  if (HasCode(owner, id)) return id;
+  TIDE_RETURN_IF_ERROR(WriteFileAtomic(path, archive));
+  return id;
+}
+
+bool BlobStore::HasCode(const std::string& owner, const std::string& id) {
+  std::error_code ec;
+  return fs::is_regular_file(dir_ + "/code/" + owner + "/" + id + ".tar.gz", ec);
+}
+
+Result<std::string> BlobStore::GetCode(const std::string& owner, const std::string& id) {
+  if (!HasCode(owner, id)) return Status::NotFound("no code archive " + id);
+  return ReadFile(dir_ + "/code/" + owner + "/" + id + ".tar.gz");
+}
+
+}  // namespace tide::server

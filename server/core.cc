@@ -1,0 +1,722 @@
+#include "server/core.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/token.h"
+#include "scheduler/schedule.h"
+
+namespace tide::server {
+
+using api::Job;
+using api::JobStatus;
+
+Core::Core(store::Store* store, Clock* clock, CoreOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+Core::~Core() { Stop(); }
+
+// ------------------------------------------------------------------ startup
+
+Status Core::Recover() {
+  auto contents = store_->LoadAll();
+  if (!contents.ok()) return contents.status().WithContext("load store");
+  std::unique_lock lock(state_mu_);
+  int64_t now_mono = clock_->MonotonicMs();
+  for (auto& row : contents->users) {
+    users_[row.id] = UserInfo{row.id, row.name, row.created_at};
+    user_names_[row.name] = row.id;
+  }
+  for (auto& row : contents->tokens) tokens_[row.hash] = row;
+  for (auto& row : contents->idempotency) idempotency_[{row.owner, row.key}] = row.job_id;
+  for (auto& row : contents->nodes) {
+    auto node = api::NodeFromJson(nlohmann::json::parse(row.doc, nullptr, false));
+    if (!node.ok()) return node.status().WithContext("node " + row.id);
+    NodeEntry& n = nodes_[row.id];
+    n.node = std::move(node).value();
+    // Give every node a full timeout to heartbeat again after our restart.
+    n.last_seen_mono = now_mono;
+  }
+  for (auto& row : contents->jobs) {
+    auto job = api::JobFromJson(nlohmann::json::parse(row.doc, nullptr, false));
+    if (!job.ok()) return job.status().WithContext("job " + row.id);
+    JobEntry& e = jobs_[row.id];
+    e.job = std::move(job).value();
+    e.order = next_order_++;
+    e.status_since_mono = now_mono;
+    job_order_.push_back(row.id);
+    if (e.job.status == JobStatus::kStarting || e.job.status == JobStatus::kRunning) {
+      auto it = nodes_.find(e.job.node_id);
+      if (it != nodes_.end()) {
+        it->second.leases[e.job.id] = e.job.gpus;
+      } else {
+        // A lease on a node we do not know cannot be honoured.
+        e.job.status = JobStatus::kQueued;
+        e.job.node_id.clear();
+        e.job.gpus.clear();
+      }
+    }
+  }
+  spdlog::info("recovered {} jobs, {} nodes, {} users from the store", jobs_.size(), nodes_.size(),
+               users_.size());
+  return Status::Ok();
+}
+
+Result<std::string> Core::EnsureAdminToken() {
+  std::string token;
+  Status st = Run([&](store::WriteBatch& batch) {
+    for (auto& [hash, row] : tokens_) {
+      if (row.kind == "admin") return Status::Ok();
+    }
+    token = NewToken("tide_a_");
+    store::TokenRow row{Sha256Hex(token), "admin", "admin", clock_->NowMs()};
+    tokens_[row.hash] = row;
+    batch.tokens.push_back(row);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return token;
+}
+
+void Core::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Core::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// ------------------------------------------------------------------ the loop
+
+Status Core::Run(Command command) {
+  Pending p;
+  p.command = std::move(command);
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  if (stopping_ || !thread_.joinable()) {
+    // Before Start() (recovery, first admin token) commands run inline.
+    if (!thread_.joinable() && !stopping_) {
+      store::WriteBatch batch;
+      Status st;
+      {
+        std::unique_lock state(state_mu_);
+        st = p.command(batch);
+      }
+      if (st.ok() && !batch.empty()) st = store_->Write(batch);
+      return st;
+    }
+    return Status::Unavailable("server is shutting down");
+  }
+  queue_.push_back(&p);
+  queue_cv_.notify_one();
+  done_cv_.wait(lock, [&] { return p.done; });
+  return p.result;
+}
+
+// Why group commit: an fsync costs milliseconds here, so one transaction per
+// request would cap submissions at a few hundred per second. The loop takes
+// every command queued while the previous transaction was being written,
+// applies them all, and writes them in one transaction. A command's caller
+// is released only after that transaction is durable. If the write fails the
+// in-memory state is ahead of the store, which we cannot undo piecemeal: the
+// process exits and recovery reloads the last durable state.
+void Core::Loop() {
+  int64_t next_tick = clock_->MonotonicMs();
+  while (true) {
+    std::vector<Pending*> work;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait_for(lock, std::chrono::milliseconds(options_.tick_ms),
+                         [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) break;
+      work.assign(queue_.begin(), queue_.end());
+      queue_.clear();
+    }
+    store::WriteBatch batch;
+    bool changed = false;
+    {
+      std::unique_lock state(state_mu_);
+      for (Pending* p : work) {
+        store::WriteBatch own;
+        p->result = p->command(own);
+        if (p->result.ok() && !own.empty()) {
+          batch.Append(std::move(own));
+          schedule_needed_ = true;
+        }
+      }
+      if (clock_->MonotonicMs() >= next_tick) {
+        Tick(batch);
+        next_tick = clock_->MonotonicMs() + options_.tick_ms;
+      }
+      if (schedule_needed_) ScheduleLocked(batch);
+      changed = !batch.empty();
+    }
+    if (changed) {
+      Status st = store_->Write(batch);
+      if (!st.ok()) {
+        spdlog::critical("store write failed, exiting so recovery can reload: {}", st.ToString());
+        std::_Exit(70);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      for (Pending* p : work) p->done = true;
+    }
+    done_cv_.notify_all();
+    if (changed || !work.empty()) NotifyChange();
+  }
+}
+
+void Core::PersistJob(const JobEntry& e, store::WriteBatch& batch) const {
+  batch.jobs.push_back({e.job.id, e.job.owner, api::JobStatusName(e.job.status), e.job.created_at,
+                        api::ToJson(e.job).dump()});
+}
+
+void Core::PersistNode(const NodeEntry& n, store::WriteBatch& batch) const {
+  api::Node copy = n.node;
+  for (auto& g : copy.gpus) {  // telemetry is not worth a write
+    g.utilization_pct = -1;
+    g.memory_used_mb = -1;
+    g.temperature_c = -1;
+  }
+  batch.nodes.push_back({n.node.id, n.node.name, api::ToJson(copy).dump()});
+}
+
+void Core::SetStatus(JobEntry& e, JobStatus s) {
+  e.job.status = s;
+  e.status_since_mono = clock_->MonotonicMs();
+}
+
+// ------------------------------------------------------------------ periodic
+
+void Core::Tick(store::WriteBatch& batch) {
+  int64_t now_mono = clock_->MonotonicMs();
+  for (auto& [id, n] : nodes_) {
+    if (n.node.state != api::NodeState::kReady) continue;
+    if (now_mono - n.last_seen_mono < options_.node_timeout_ms) continue;
+    spdlog::warn("node {} ({}) lost: no heartbeat for {} ms; requeueing {} jobs", n.node.name, id,
+                 now_mono - n.last_seen_mono, n.leases.size());
+    n.node.state = api::NodeState::kLost;
+    PersistNode(n, batch);
+    std::vector<std::string> leased;
+    for (auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
+    for (auto& job_id : leased) {
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end()) continue;
+      RequeueLocked(it->second, "node_lost");
+      PersistJob(it->second, batch);
+    }
+    schedule_needed_ = true;
+  }
+}
+
+void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code) {
+  int64_t now = clock_->NowMs();
+  if (!e.job.attempts.empty() && e.job.attempts.back().attempt == e.job.attempt &&
+      e.job.attempts.back().finished_at == 0) {
+    auto& a = e.job.attempts.back();
+    a.finished_at = now;
+    a.reason = reason;
+    a.exit_code = exit_code;
+  }
+  auto n = nodes_.find(e.job.node_id);
+  if (n != nodes_.end()) n->second.leases.erase(e.job.id);
+  std::lock_guard<std::mutex> lock(delivery_mu_);
+  delivered_.erase({e.job.id, e.job.attempt});
+  delivered_at_.erase({e.job.id, e.job.attempt});
+}
+
+void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
+  ReleaseLocked(e, reason, std::nullopt);
+  if (e.job.cancel_requested) {
+    SetStatus(e, JobStatus::kCancelled);
+    e.job.reason = e.job.cancel_reason;
+    e.job.finished_at = clock_->NowMs();
+    return;
+  }
+  SetStatus(e, JobStatus::kQueued);
+  e.job.reason = reason;
+  e.job.attempt += 1;
+  e.job.gpus.clear();
+  e.job.started_at = 0;
+  e.job.exit_code.reset();
+  schedule_needed_ = true;
+}
+
+void Core::ScheduleLocked(store::WriteBatch& batch) {
+  schedule_needed_ = false;
+  std::vector<sched::NodeView> views;
+  for (auto& [id, n] : nodes_) {
+    sched::NodeView v;
+    v.id = id;
+    v.name = n.node.name;
+    v.schedulable = n.node.state == api::NodeState::kReady;
+    std::set<int> used;
+    for (auto& [job, gpus] : n.leases) used.insert(gpus.begin(), gpus.end());
+    for (auto& g : n.node.gpus) {
+      v.gpus.push_back({g.index, g.model, g.memory_mb, used.count(g.index) == 0});
+    }
+    views.push_back(std::move(v));
+  }
+  std::vector<sched::PendingJob> queue;
+  for (auto& [id, e] : jobs_) {
+    if (e.job.status != JobStatus::kQueued) continue;
+    const auto& r = e.job.spec.resources;
+    queue.push_back({id, r.gpu_count, r.gpu_types, r.gpu_memory_mb, static_cast<int64_t>(e.order)});
+  }
+  if (queue.empty()) return;
+  sched::Plan plan = sched::Schedule({views, queue, clock_->NowMs()});
+
+  // The plan was made from the state we hold the lock on, but re-check each
+  // placement anyway: a plan is only ever applied if it is still valid.
+  for (const auto& p : plan.placements) {
+    auto je = jobs_.find(p.job_id);
+    auto ne = nodes_.find(p.node_id);
+    if (je == jobs_.end() || ne == nodes_.end()) continue;
+    JobEntry& e = je->second;
+    NodeEntry& n = ne->second;
+    if (e.job.status != JobStatus::kQueued || n.node.state != api::NodeState::kReady) continue;
+    std::set<int> used;
+    for (auto& [job, gpus] : n.leases) used.insert(gpus.begin(), gpus.end());
+    bool ok = static_cast<int>(p.gpus.size()) == e.job.spec.resources.gpu_count;
+    for (int g : p.gpus) ok = ok && used.count(g) == 0;
+    if (!ok) {
+      spdlog::warn("dropping stale placement of {} on {}", p.job_id, p.node_id);
+      schedule_needed_ = true;
+      continue;
+    }
+    n.leases[e.job.id] = p.gpus;
+    SetStatus(e, JobStatus::kStarting);
+    e.job.node_id = n.node.id;
+    e.job.gpus = p.gpus;
+    e.job.pending_reason.clear();
+    api::Attempt a;
+    a.attempt = e.job.attempt;
+    a.node_id = n.node.id;
+    a.gpus = p.gpus;
+    e.job.attempts.push_back(a);
+    PersistJob(e, batch);
+  }
+  for (const auto& [id, reason] : plan.pending_reasons) {
+    auto je = jobs_.find(id);
+    if (je == jobs_.end() || je->second.job.pending_reason == reason) continue;
+    je->second.job.pending_reason = reason;
+    PersistJob(je->second, batch);
+  }
+}
+
+// ------------------------------------------------------------------ auth
+
+Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
+  if (bearer_token.empty()) return Status::Unauthenticated("missing bearer token");
+  std::string hash = Sha256Hex(bearer_token);
+  std::shared_lock lock(state_mu_);
+  auto it = tokens_.find(hash);
+  if (it == tokens_.end() || !ConstantTimeEquals(it->second.hash, hash)) {
+    return Status::Unauthenticated("invalid token");
+  }
+  const auto& row = it->second;
+  if (row.kind == "admin") return Caller{Scope::kAdmin, "admin"};
+  if (row.kind == "user") return Caller{Scope::kUser, row.subject};
+  if (row.kind == "join") return Caller{Scope::kJoin, ""};
+  if (row.kind == "node") return Caller{Scope::kNode, row.subject};
+  return Status::Unauthenticated("invalid token");
+}
+
+bool Core::Visible(const Caller& caller, const Job& job) const {
+  return caller.scope == Scope::kAdmin || job.owner == caller.subject;
+}
+
+// ------------------------------------------------------------------ user commands
+
+Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec spec,
+                                             const std::string& idempotency_key) {
+  if (!spec.code.empty() && code_checker_ && !code_checker_(caller.subject, spec.code)) {
+    return Status::InvalidArgument("no uploaded code archive with this id (POST /v1/code first)",
+                                   "code");
+  }
+  Job out;
+  bool created = false;
+  Status st = Run([&](store::WriteBatch& batch) {
+    if (!idempotency_key.empty()) {
+      auto it = idempotency_.find({caller.subject, idempotency_key});
+      if (it != idempotency_.end()) {
+        out = jobs_.at(it->second).job;
+        return Status::Ok();
+      }
+    }
+    Job job;
+    do {
+      job.id = NewId("j-");
+    } while (jobs_.count(job.id));
+    job.owner = caller.subject;
+    job.spec = std::move(spec);
+    job.status = JobStatus::kQueued;
+    job.created_at = clock_->NowMs();
+    job.pending_reason = "waiting for the scheduler";
+    JobEntry& e = jobs_[job.id];
+    e.job = std::move(job);
+    e.order = next_order_++;
+    e.status_since_mono = clock_->MonotonicMs();
+    job_order_.push_back(e.job.id);
+    PersistJob(e, batch);
+    if (!idempotency_key.empty()) {
+      idempotency_[{caller.subject, idempotency_key}] = e.job.id;
+      batch.idempotency.push_back({caller.subject, idempotency_key, e.job.id});
+    }
+    // The scheduler runs in this same batch, before the write: the answer
+    // already says whether the job was placed or why it waits.
+    created = true;
+    out.id = e.job.id;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (created) {
+    std::shared_lock lock(state_mu_);
+    out = jobs_.at(out.id).job;
+  }
+  return std::make_pair(out, created);
+}
+
+Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
+  Job out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !Visible(caller, it->second.job)) {
+      return Status::NotFound("no job " + id);
+    }
+    JobEntry& e = it->second;
+    if (api::IsTerminal(e.job.status) || e.job.cancel_requested) {
+      out = e.job;
+      return Status::Ok();
+    }
+    if (e.job.status == JobStatus::kQueued) {
+      SetStatus(e, JobStatus::kCancelled);
+      e.job.reason = "cancelled";
+      e.job.pending_reason.clear();
+      e.job.finished_at = clock_->NowMs();
+    } else {
+      e.job.cancel_requested = true;
+      e.job.cancel_reason = "cancelled";
+    }
+    PersistJob(e, batch);
+    out = e.job;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+// ------------------------------------------------------------------ reads
+
+Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
+  std::shared_lock lock(state_mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !Visible(caller, it->second.job)) return Status::NotFound("no job " + id);
+  return it->second.job;
+}
+
+std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
+                                                        const std::string& status,
+                                                        const std::string& tag, size_t limit,
+                                                        const std::string& after) const {
+  std::shared_lock lock(state_mu_);
+  std::vector<Job> out;
+  bool started = after.empty();
+  std::string next;
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    if (!started) {
+      started = *it == after;
+      continue;
+    }
+    const Job& job = jobs_.at(*it).job;
+    if (!Visible(caller, job)) continue;
+    if (!status.empty() && status != api::JobStatusName(job.status)) continue;
+    if (!tag.empty() &&
+        std::find(job.spec.tags.begin(), job.spec.tags.end(), tag) == job.spec.tags.end()) {
+      continue;
+    }
+    if (out.size() == limit) {
+      next = out.back().id;
+      break;
+    }
+    out.push_back(job);
+  }
+  return {std::move(out), next};
+}
+
+std::vector<NodeStatus> Core::ListNodes() const {
+  std::shared_lock lock(state_mu_);
+  std::vector<NodeStatus> out;
+  for (auto& [id, n] : nodes_) out.push_back({n.node, n.leases});
+  return out;
+}
+
+// ------------------------------------------------------------------ admin
+
+Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& name) {
+  UserInfo user;
+  std::string token = NewToken("tide_u_");
+  Status st = Run([&](store::WriteBatch& batch) {
+    if (user_names_.count(name)) return Status::Conflict("user \"" + name + "\" already exists");
+    user = UserInfo{NewId("u-"), name, clock_->NowMs()};
+    users_[user.id] = user;
+    user_names_[name] = user.id;
+    store::TokenRow row{Sha256Hex(token), "user", user.id, user.created_at};
+    tokens_[row.hash] = row;
+    batch.users.push_back({user.id, user.name, user.created_at});
+    batch.tokens.push_back(row);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::make_pair(user, token);
+}
+
+Result<std::string> Core::CreateJoinToken() {
+  std::string token = NewToken("tide_j_");
+  Status st = Run([&](store::WriteBatch& batch) {
+    store::TokenRow row{Sha256Hex(token), "join", "", clock_->NowMs()};
+    tokens_[row.hash] = row;
+    batch.tokens.push_back(row);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return token;
+}
+
+// ------------------------------------------------------------------ agents
+
+Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& caller,
+                                                               const api::RegisterRequest& req) {
+  std::string node_id = caller.subject;
+  std::string token;
+  Status st = Run([&](store::WriteBatch& batch) {
+    int64_t now = clock_->NowMs();
+    if (caller.scope == Scope::kJoin) {
+      node_id = NewId("n-");
+      token = NewToken("tide_n_");
+      store::TokenRow row{Sha256Hex(token), "node", node_id, now};
+      tokens_[row.hash] = row;
+      batch.tokens.push_back(row);
+    } else if (!nodes_.count(node_id)) {
+      return Status::NotFound("node " + node_id + " is unknown");
+    }
+    NodeEntry& n = nodes_[node_id];
+    if (n.node.registered_at == 0) n.node.registered_at = now;
+    n.node.id = node_id;
+    n.node.name = req.name;
+    n.node.hostname = req.hostname;
+    n.node.gpus = req.gpus;
+    for (auto& g : n.node.gpus) {
+      if (g.model.empty()) g.model = api::CanonicalGpuModel(g.name);
+    }
+    n.node.state = api::NodeState::kReady;
+    n.node.last_heartbeat = now;
+    n.last_seen_mono = clock_->MonotonicMs();
+    PersistNode(n, batch);
+    spdlog::info("node {} ({}) registered with {} GPUs", req.name, node_id, req.gpus.size());
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::make_pair(node_id, token);
+}
+
+Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::Heartbeat& hb) {
+  api::AgentWork work;
+  Status st = Run([&](store::WriteBatch& batch) {
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) return Status::NotFound("node " + node_id + " is unknown");
+    NodeEntry& n = it->second;
+    int64_t now_mono = clock_->MonotonicMs();
+    n.last_seen_mono = now_mono;
+    n.node.last_heartbeat = clock_->NowMs();
+    for (const auto& t : hb.gpus) {
+      for (auto& g : n.node.gpus) {
+        if (g.index != t.index) continue;
+        g.utilization_pct = t.utilization_pct;
+        g.memory_used_mb = t.memory_used_mb;
+        g.temperature_c = t.temperature_c;
+      }
+    }
+    if (n.node.state == api::NodeState::kLost) {
+      spdlog::info("node {} ({}) is back", n.node.name, node_id);
+      n.node.state = api::NodeState::kReady;
+      PersistNode(n, batch);
+    }
+    // Reconcile what the agent runs with what we leased to it.
+    std::set<std::string> reported;
+    for (const auto& r : hb.running) {
+      reported.insert(r.job_id);
+      auto je = jobs_.find(r.job_id);
+      bool ours = je != jobs_.end() && je->second.job.node_id == node_id &&
+                  je->second.job.attempt == r.attempt && n.leases.count(r.job_id);
+      if (!ours) {
+        work.cancels.push_back({r.job_id, r.attempt, "not_leased", 0});
+      } else if (je->second.job.cancel_requested) {
+        work.cancels.push_back({r.job_id, r.attempt, je->second.job.cancel_reason,
+                                je->second.job.spec.grace_s});
+      }
+    }
+    std::vector<std::string> lost;
+    for (auto& [job_id, gpus] : n.leases) {
+      if (reported.count(job_id)) continue;
+      JobEntry& e = jobs_.at(job_id);
+      if (now_mono - e.status_since_mono < options_.report_grace_ms) continue;
+      if (e.job.status == JobStatus::kRunning) {
+        lost.push_back(job_id);
+      } else {
+        // Starting but never taken up: offer it again.
+        std::lock_guard<std::mutex> lock(delivery_mu_);
+        delivered_.erase({job_id, e.job.attempt});
+      }
+    }
+    for (auto& job_id : lost) {
+      JobEntry& e = jobs_.at(job_id);
+      spdlog::warn("node {} no longer runs {} (attempt {}); requeueing", node_id, job_id,
+                   e.job.attempt);
+      RequeueLocked(e, "lost_by_agent");
+      PersistJob(e, batch);
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return work;
+}
+
+Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_ms) {
+  int64_t deadline = clock_->MonotonicMs() + wait_ms;
+  while (true) {
+    uint64_t seen = epoch();
+    api::AgentWork work;
+    {
+      std::shared_lock lock(state_mu_);
+      auto it = nodes_.find(node_id);
+      if (it == nodes_.end()) return Status::NotFound("node " + node_id + " is unknown");
+      std::lock_guard<std::mutex> dlock(delivery_mu_);
+      for (auto& [job_id, gpus] : it->second.leases) {
+        const JobEntry& e = jobs_.at(job_id);
+        std::pair<std::string, int> key{job_id, e.job.attempt};
+        if (e.job.cancel_requested) {
+          if (cancel_delivered_.insert(key).second) {
+            work.cancels.push_back({job_id, e.job.attempt, e.job.cancel_reason,
+                                    e.job.spec.grace_s});
+          }
+          continue;
+        }
+        if (e.job.status == JobStatus::kStarting && !delivered_.count(key)) {
+          delivered_.insert(key);
+          delivered_at_[key] = clock_->MonotonicMs();
+          work.assignments.push_back({e.job});
+        }
+      }
+    }
+    if (!work.assignments.empty() || !work.cancels.empty()) return work;
+    if (clock_->MonotonicMs() >= deadline) return work;
+    WaitChange(seen, deadline);
+  }
+}
+
+Status Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
+                           int attempt) const {
+  std::shared_lock lock(state_mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+  const Job& job = it->second.job;
+  if (attempt > 0) {
+    for (auto& a : job.attempts) {
+      if (a.attempt == attempt && a.node_id == node_id) return Status::Ok();
+    }
+    return Status::NotFound("job " + job_id + " attempt " + std::to_string(attempt) +
+                            " is not assigned to this node");
+  }
+  if (job.node_id != node_id) return Status::NotFound("job " + job_id + " is not assigned to this node");
+  return Status::Ok();
+}
+
+Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
+                      const api::JobEvent& ev) {
+  return Run([&](store::WriteBatch& batch) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+    JobEntry& e = it->second;
+    auto n = nodes_.find(node_id);
+    bool leased = n != nodes_.end() && n->second.leases.count(job_id) &&
+                  e.job.node_id == node_id && e.job.attempt == ev.attempt;
+    if (!leased) {
+      // An event for an attempt we already ended (node was lost, job
+      // requeued): the agent must stop it, and nothing changes here.
+      return Status::Conflict("job " + job_id + " attempt " + std::to_string(ev.attempt) +
+                              " is not leased to this node");
+    }
+    int64_t now = clock_->NowMs();
+    if (ev.state == "running") {
+      if (e.job.status == JobStatus::kStarting) {
+        SetStatus(e, JobStatus::kRunning);
+        e.job.started_at = now;
+        if (!e.job.attempts.empty()) e.job.attempts.back().started_at = now;
+        PersistJob(e, batch);
+      }
+      return Status::Ok();
+    }
+    // exited
+    std::string reason;
+    JobStatus final_status;
+    if (e.job.cancel_requested) {
+      final_status = JobStatus::kCancelled;
+      reason = e.job.cancel_reason;
+    } else if (ev.reason == "timeout") {
+      final_status = JobStatus::kFailed;
+      reason = "timeout";
+    } else if (!ev.reason.empty()) {
+      final_status = JobStatus::kFailed;
+      reason = ev.reason;
+    } else if (ev.exit_code && *ev.exit_code == 0) {
+      final_status = JobStatus::kCompleted;
+    } else {
+      final_status = JobStatus::kFailed;
+      reason = "exit_code:" + std::to_string(ev.exit_code.value_or(-1));
+    }
+    ReleaseLocked(e, reason.empty() ? "completed" : reason, ev.exit_code);
+    SetStatus(e, final_status);
+    e.job.reason = reason;
+    e.job.exit_code = ev.exit_code;
+    e.job.finished_at = now;
+    if (e.job.started_at == 0) e.job.started_at = now;
+    PersistJob(e, batch);
+    {
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      cancel_delivered_.erase({job_id, ev.attempt});
+    }
+    return Status::Ok();
+  });
+}
+
+// ------------------------------------------------------------------ notification
+
+uint64_t Core::epoch() const {
+  std::lock_guard<std::mutex> lock(notify_mu_);
+  return epoch_;
+}
+
+void Core::NotifyChange() {
+  {
+    std::lock_guard<std::mutex> lock(notify_mu_);
+    ++epoch_;
+  }
+  notify_cv_.notify_all();
+}
+
+void Core::WaitChange(uint64_t seen, int64_t deadline_mono_ms) const {
+  std::unique_lock<std::mutex> lock(notify_mu_);
+  int64_t left = deadline_mono_ms - clock_->MonotonicMs();
+  if (left <= 0) return;
+  notify_cv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(left, 1000)),
+                      [&] { return epoch_ != seen; });
+}
+
+}  // namespace tide::server

@@ -1,0 +1,189 @@
+// Core: the single writer of the server's state.
+//
+// The core owns jobs, nodes, leases, users and tokens in memory. I/O threads
+// call the command methods below; each command is queued to the core thread,
+// which applies a whole batch of queued commands, runs the scheduler, writes
+// everything the batch changed to the Store in ONE transaction (group
+// commit), and only then lets the callers return. So a command that returned
+// Ok is durable: "acknowledged means durable".
+//
+// Reads (Get*, List*) take a shared lock on the in-memory state and never
+// wait for the store. Waiters (long-polls, log follows) block on WaitChange.
+//
+// Thread-safe: every public method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "api/types.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "store/store.h"
+
+namespace tide::server {
+
+enum class Scope : uint8_t { kAdmin, kUser, kJoin, kNode };
+
+// Who is calling, from the bearer token.
+struct Caller {
+  Scope scope = Scope::kUser;
+  std::string subject;  // user id, node id; "admin" for the admin token
+};
+
+struct CoreOptions {
+  int64_t node_timeout_ms = 10'000;
+  // A job whose agent stops reporting it for this long after it started is
+  // considered lost by the agent and is requeued.
+  int64_t report_grace_ms = 10'000;
+  int64_t tick_ms = 250;
+};
+
+struct UserInfo {
+  std::string id;
+  std::string name;
+  int64_t created_at = 0;
+};
+
+struct NodeStatus {
+  api::Node node;
+  std::map<std::string, std::vector<int>> leases;  // job id -> GPU indices
+};
+
+class Core {
+ public:
+  Core(store::Store* store, Clock* clock, CoreOptions options);
+  ~Core();
+
+  // Loads the store into memory. Call once before Start().
+  Status Recover();
+  // Creates the admin token if none exists; returns it ("" if one existed).
+  Result<std::string> EnsureAdminToken();
+  void Start();
+  void Stop();
+
+  // --- auth ---
+  Result<Caller> Authenticate(const std::string& bearer_token) const;
+
+  // --- user commands (durable when they return Ok) ---
+  // Returns the job and whether it was created now (false: an earlier
+  // request with the same idempotency key created it).
+  Result<std::pair<api::Job, bool>> SubmitJob(const Caller& caller, api::JobSpec spec,
+                                              const std::string& idempotency_key);
+  Result<api::Job> CancelJob(const Caller& caller, const std::string& id);
+
+  // --- reads ---
+  // NotFound if the job does not exist or the caller may not see it.
+  Result<api::Job> GetJob(const Caller& caller, const std::string& id) const;
+  // Newest first; `after` is the last id of the previous page.
+  std::pair<std::vector<api::Job>, std::string> ListJobs(const Caller& caller,
+                                                         const std::string& status,
+                                                         const std::string& tag, size_t limit,
+                                                         const std::string& after) const;
+  std::vector<NodeStatus> ListNodes() const;
+
+  // --- admin ---
+  Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
+  Result<std::string> CreateJoinToken();
+
+  // --- agents ---
+  // With a join token: a new node. With a node token: the same node again.
+  Result<std::pair<std::string, std::string>> RegisterNode(const Caller& caller,
+                                                           const api::RegisterRequest& req);
+  Result<api::AgentWork> Heartbeat(const std::string& node_id, const api::Heartbeat& hb);
+  // Work not yet handed to this node; waits up to `wait_ms` for some.
+  Result<api::AgentWork> PollWork(const std::string& node_id, int64_t wait_ms);
+  Status JobEvent(const std::string& node_id, const std::string& job_id, const api::JobEvent& ev);
+  // Ok if `job_id` is (or was, for `attempt`) leased to `node_id`.
+  Status CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt) const;
+
+  // --- change notification (log appends, state changes) ---
+  uint64_t epoch() const;
+  void NotifyChange();
+  // Waits until epoch() != seen or the deadline passes (monotonic ms).
+  void WaitChange(uint64_t seen, int64_t deadline_mono_ms) const;
+
+  // Code archives the caller may reference, checked at submit.
+  void set_code_checker(std::function<bool(const std::string& owner, const std::string& id)> f) {
+    code_checker_ = std::move(f);
+  }
+
+ private:
+  struct JobEntry {
+    api::Job job;
+    uint64_t order = 0;          // submission order, for FIFO
+    int64_t status_since_mono = 0;
+  };
+  struct NodeEntry {
+    api::Node node;
+    int64_t last_seen_mono = 0;
+    std::map<std::string, std::vector<int>> leases;
+  };
+  // A command runs on the core thread with the state locked exclusively;
+  // it adds the rows it changed to `batch`.
+  using Command = std::function<Status(store::WriteBatch& batch)>;
+  struct Pending {
+    Command command;
+    Status result;
+    bool done = false;
+  };
+
+  Status Run(Command command);
+  void Loop();
+  void Tick(store::WriteBatch& batch);
+  void ScheduleLocked(store::WriteBatch& batch);
+  void PersistJob(const JobEntry& e, store::WriteBatch& batch) const;
+  void PersistNode(const NodeEntry& n, store::WriteBatch& batch) const;
+  bool Visible(const Caller& caller, const api::Job& job) const;
+  // Ends the current attempt of a leased job and frees its GPUs.
+  void ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code);
+  // Node gone: its jobs go back to the queue (or end, if being cancelled).
+  void RequeueLocked(JobEntry& e, const std::string& reason);
+  void SetStatus(JobEntry& e, api::JobStatus s);
+
+  store::Store* store_;
+  Clock* clock_;
+  CoreOptions options_;
+  std::function<bool(const std::string&, const std::string&)> code_checker_;
+
+  mutable std::shared_mutex state_mu_;  // guards everything below up to queue_mu_
+  std::unordered_map<std::string, JobEntry> jobs_;
+  std::vector<std::string> job_order_;  // all ids, oldest first
+  uint64_t next_order_ = 0;
+  std::map<std::string, NodeEntry> nodes_;
+  std::map<std::string, UserInfo> users_;        // by id
+  std::map<std::string, std::string> user_names_;  // name -> id
+  std::unordered_map<std::string, store::TokenRow> tokens_;  // by hash
+  std::map<std::pair<std::string, std::string>, std::string> idempotency_;
+  bool schedule_needed_ = true;
+
+  // Delivery to agents (not durable: after a restart everything in flight
+  // is offered again and agents deduplicate).
+  mutable std::mutex delivery_mu_;
+  std::set<std::pair<std::string, int>> delivered_;         // (job, attempt) assignments
+  std::set<std::pair<std::string, int>> cancel_delivered_;  // (job, attempt) cancels
+  std::map<std::pair<std::string, int>, int64_t> delivered_at_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Pending*> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  mutable std::mutex notify_mu_;
+  mutable std::condition_variable notify_cv_;
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace tide::server

@@ -1,0 +1,70 @@
+// /v1/admin/... (admin token) and /v1/nodes.
+#include "api/types.h"
+#include "common/json_reader.h"
+#include "server/http/api.h"
+
+namespace tide::server {
+
+using nlohmann::json;
+
+Response Api::Admin(const Request& req, const Caller& caller, const Segments& seg) {
+  if (caller.scope != Scope::kAdmin) {
+    return ErrorResponse(Status::PermissionDenied("this route needs an admin token"));
+  }
+  if (seg.size() == 3 && seg[2] == "users" && req.method == "POST") {
+    auto body = ParseBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    JsonReader r(*body, "");
+    auto name = r.String("name", true);
+    Status st = r.Finish();
+    if (st.ok()) {
+      bool ok = !name->empty() && name->size() <= 64;
+      for (char c : *name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+                                       c == '_' || c == '.' || c == '@');
+      if (!ok) st = Status::InvalidArgument("1 to 64 letters, digits or - _ . @", "name");
+    }
+    if (!st.ok()) return ErrorResponse(st);
+    auto user = core_->CreateUser(*name);
+    if (!user.ok()) return ErrorResponse(user.status());
+    return JsonResponse(201, {{"id", user->first.id}, {"name", user->first.name},
+                              {"token", user->second}});
+  }
+  if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {
+    auto token = core_->CreateJoinToken();
+    if (!token.ok()) return ErrorResponse(token.status());
+    return JsonResponse(201, {{"token", *token}});
+  }
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
+Response Api::Nodes(const Request& req, const Caller& caller, const Segments& seg) {
+  if (req.method != "GET") return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+  auto nodes = core_->ListNodes();
+  auto to_json = [](const NodeStatus& n) {
+    json j = api::ToJson(n.node);
+    json leases = json::object();
+    int used = 0;
+    for (auto& [job, gpus] : n.leases) {
+      leases[job] = gpus;
+      used += static_cast<int>(gpus.size());
+    }
+    j["leases"] = leases;
+    j["free_gpus"] = static_cast<int>(n.node.gpus.size()) - used;
+    j["running_jobs"] = n.leases.size();
+    return j;
+  };
+  if (seg.size() == 2) {
+    json list = json::array();
+    for (auto& n : nodes) list.push_back(to_json(n));
+    return JsonResponse(200, {{"nodes", list}});
+  }
+  if (seg.size() == 3) {
+    for (auto& n : nodes) {
+      if (n.node.id == seg[2] || n.node.name == seg[2]) return JsonResponse(200, to_json(n));
+    }
+    return ErrorResponse(Status::NotFound("no node " + seg[2]));
+  }
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
+}  // namespace tide::server

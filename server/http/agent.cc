@@ -1,0 +1,92 @@
+// /v1/agent/...: what agents call. Every route but register needs a node
+// token, and a node may only touch jobs leased to it.
+#include "api/types.h"
+#include "server/http/api.h"
+
+namespace tide::server {
+
+using nlohmann::json;
+
+Response Api::Agent(const Request& req, const Caller& caller, const Segments& seg) {
+  if (seg.size() == 3 && seg[2] == "register" && req.method == "POST") {
+    if (caller.scope != Scope::kJoin && caller.scope != Scope::kNode) {
+      return ErrorResponse(Status::PermissionDenied("register needs a join or node token"));
+    }
+    auto body = ParseBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    auto reg = api::RegisterRequestFromJson(*body);
+    if (!reg.ok()) return ErrorResponse(reg.status());
+    auto result = core_->RegisterNode(caller, *reg);
+    if (!result.ok()) return ErrorResponse(result.status());
+    return JsonResponse(200, {{"node_id", result->first}, {"node_token", result->second}});
+  }
+  if (caller.scope != Scope::kNode) {
+    return ErrorResponse(Status::PermissionDenied("this route needs a node token"));
+  }
+  const std::string& node_id = caller.subject;
+  if (seg.size() == 3 && seg[2] == "heartbeat" && req.method == "POST") {
+    auto body = ParseBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    auto hb = api::HeartbeatFromJson(*body);
+    if (!hb.ok()) return ErrorResponse(hb.status());
+    auto work = core_->Heartbeat(node_id, *hb);
+    if (!work.ok()) return ErrorResponse(work.status());
+    return JsonResponse(200, api::ToJson(*work));
+  }
+  if (seg.size() == 3 && seg[2] == "assignments" && req.method == "GET") {
+    auto wait = QueryInt(req, "wait", 25, 0, 60);
+    if (!wait.ok()) return ErrorResponse(wait.status());
+    auto work = core_->PollWork(node_id, *wait * 1000);
+    if (!work.ok()) return ErrorResponse(work.status());
+    return JsonResponse(200, api::ToJson(*work));
+  }
+  if (seg.size() == 5 && seg[2] == "jobs") {
+    const std::string& job_id = seg[3];
+    const std::string& what = seg[4];
+    if (what == "events" && req.method == "POST") {
+      auto body = ParseBody(req);
+      if (!body.ok()) return ErrorResponse(body.status());
+      auto ev = api::JobEventFromJson(*body);
+      if (!ev.ok()) return ErrorResponse(ev.status());
+      Status st = core_->JobEvent(node_id, job_id, *ev);
+      if (!st.ok()) return ErrorResponse(st);
+      return JsonResponse(200, {{"ok", true}});
+    }
+    auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
+    if (!attempt.ok()) return ErrorResponse(attempt.status());
+    if (what == "logs" && req.method == "POST") {
+      if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
+      auto offset = QueryInt(req, "offset", -1, 0, int64_t{1} << 50);
+      if (!offset.ok()) return ErrorResponse(offset.status());
+      if (*offset < 0) return ErrorResponse(Status::InvalidArgument("is required", "offset"));
+      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      if (st.ok()) st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *offset, req.body);
+      if (!st.ok()) return ErrorResponse(st);
+      core_->NotifyChange();
+      return JsonResponse(200, {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt))}});
+    }
+    if (what == "outputs" && req.method == "PUT") {
+      if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
+      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      if (st.ok()) st = blobs_->PutOutput(job_id, req.Query("path"), req.body);
+      if (!st.ok()) return ErrorResponse(st);
+      return JsonResponse(200, {{"ok", true}});
+    }
+    if (what == "code" && req.method == "GET") {
+      Status st = core_->CheckAgentJob(node_id, job_id, 0);
+      if (!st.ok()) return ErrorResponse(st);
+      auto job = core_->GetJob(Caller{Scope::kAdmin, "admin"}, job_id);
+      if (!job.ok()) return ErrorResponse(job.status());
+      if (job->spec.code.empty()) return ErrorResponse(Status::NotFound("job has no code archive"));
+      auto data = blobs_->GetCode(job->owner, job->spec.code);
+      if (!data.ok()) return ErrorResponse(data.status());
+      Response r;
+      r.content_type = "application/gzip";
+      r.body = std::move(data).value();
+      return r;
+    }
+  }
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
+}  // namespace tide::server

@@ -1,0 +1,121 @@
+#include "server/http/api.h"
+
+#include <spdlog/spdlog.h>
+
+#include "api/types.h"
+#include "common/json_reader.h"
+
+namespace tide::server {
+
+using nlohmann::json;
+
+// The one table from Code to HTTP status.
+int HttpStatus(const Status& s) {
+  switch (s.code()) {
+    case Code::kOk: return 200;
+    case Code::kInvalidArgument: return 400;
+    case Code::kUnauthenticated: return 401;
+    case Code::kPermissionDenied: return 403;
+    case Code::kNotFound: return 404;
+    case Code::kConflict: return 409;
+    case Code::kTooLarge: return 413;
+    case Code::kUnavailable: return 503;
+    case Code::kInternal: return 500;
+  }
+  return 500;
+}
+
+Response JsonResponse(int status, const json& body) {
+  Response r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+Response ErrorResponse(const Status& s) {
+  Response r = JsonResponse(HttpStatus(s), api::ErrorJson(s));
+  if (s.code() == Code::kUnauthenticated) r.headers["WWW-Authenticate"] = "Bearer";
+  return r;
+}
+
+Result<json> ParseBody(const Request& req) {
+  std::string ct = req.Header("content-type");
+  if (!ct.empty() && ct.find("json") == std::string::npos) {
+    return Status::InvalidArgument("Content-Type must be application/json", "body");
+  }
+  auto j = ParseJson(req.body.empty() ? "{}" : req.body);
+  if (!j.ok()) return Status::InvalidArgument(j.status().message(), "body");
+  return j;
+}
+
+Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
+                         int64_t max) {
+  std::string v = req.Query(key);
+  if (v.empty()) return def;
+  int64_t n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9' || n > (1LL << 50)) {
+      return Status::InvalidArgument("must be a non-negative integer", key);
+    }
+    n = n * 10 + (c - '0');
+  }
+  if (n < min || n > max) {
+    return Status::InvalidArgument("must be between " + std::to_string(min) + " and " +
+                                       std::to_string(max),
+                                   key);
+  }
+  return n;
+}
+
+size_t Api::BodyLimit(const std::string& method, const std::string& path) {
+  if (path == "/v1/code") return api::kMaxUploadBody;
+  if (path.rfind("/v1/agent/jobs/", 0) == 0) {
+    if (path.size() >= 8 && path.compare(path.size() - 8, 8, "/outputs") == 0) {
+      return api::kMaxUploadBody;
+    }
+    if (path.size() >= 5 && path.compare(path.size() - 5, 5, "/logs") == 0) return api::kMaxLogChunk;
+  }
+  return api::kMaxRequestBody;
+}
+
+Response Api::Handle(const Request& req) {
+  Segments seg;
+  {
+    size_t start = 1;
+    const std::string& p = req.path;
+    if (p.empty() || p[0] != '/') return ErrorResponse(Status::NotFound("no such route"));
+    while (start <= p.size()) {
+      size_t end = p.find('/', start);
+      if (end == std::string::npos) end = p.size();
+      seg.push_back(p.substr(start, end - start));
+      start = end + 1;
+    }
+    if (!seg.empty() && seg.back().empty()) seg.pop_back();
+  }
+  if (seg.size() == 1 && seg[0] == "healthz") {
+    return JsonResponse(200, {{"status", "ok"}});
+  }
+  if (seg.empty() || seg[0] != "v1" || seg.size() < 2) {
+    return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+  }
+  std::string auth = req.Header("authorization");
+  std::string token;
+  if (auth.rfind("Bearer ", 0) == 0) token = auth.substr(7);
+  auto caller = core_->Authenticate(token);
+  if (!caller.ok()) return ErrorResponse(caller.status());
+
+  const std::string& resource = seg[1];
+  if (resource == "agent") {
+    return Agent(req, *caller, seg);
+  }
+  if (caller->scope == Scope::kJoin || caller->scope == Scope::kNode) {
+    return ErrorResponse(Status::PermissionDenied("agent tokens may only use /v1/agent"));
+  }
+  if (resource == "jobs") return Jobs(req, *caller, seg);
+  if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, *caller);
+  if (resource == "nodes") return Nodes(req, *caller, seg);
+  if (resource == "admin") return Admin(req, *caller, seg);
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
+}  // namespace tide::server

@@ -1,0 +1,56 @@
+// Api: the HTTP/JSON API of the server, one file per resource:
+//   api.cc     routing, authentication, errors (the one Code -> HTTP table)
+//   jobs.cc    /v1/jobs, logs, outputs, /v1/code
+//   agent.cc   /v1/agent/...
+//   admin.cc   /v1/admin/..., /v1/nodes, /healthz
+// Every handler validates completely before it asks the core to change
+// anything, so a rejected request leaves nothing behind.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/blob_store.h"
+#include "server/core.h"
+#include "server/http/http_server.h"
+
+namespace tide::server {
+
+class Api {
+ public:
+  Api(Core* core, BlobStore* blobs, Clock* clock) : core_(core), blobs_(blobs), clock_(clock) {}
+
+  Response Handle(const Request& req);
+  // The body limit for a route, checked before the body is read.
+  static size_t BodyLimit(const std::string& method, const std::string& path);
+
+ private:
+  using Segments = std::vector<std::string>;
+
+  Response Jobs(const Request& req, const Caller& caller, const Segments& seg);
+  Response SubmitJob(const Request& req, const Caller& caller);
+  Response ListJobs(const Request& req, const Caller& caller);
+  Response Logs(const Request& req, const Caller& caller, const std::string& id);
+  Response Outputs(const Request& req, const Caller& caller, const std::string& id,
+                   const std::string& path);
+  Response UploadCode(const Request& req, const Caller& caller);
+  Response Agent(const Request& req, const Caller& caller, const Segments& seg);
+  Response Admin(const Request& req, const Caller& caller, const Segments& seg);
+  Response Nodes(const Request& req, const Caller& caller, const Segments& seg);
+
+  Core* core_;
+  BlobStore* blobs_;
+  Clock* clock_;
+};
+
+// Helpers shared by the resource files.
+int HttpStatus(const Status& s);
+Response JsonResponse(int status, const nlohmann::json& body);
+Response ErrorResponse(const Status& s);
+// Parses the JSON body; the error names "body".
+Result<nlohmann::json> ParseBody(const Request& req);
+// Reads an integer query parameter; absent gives `def`.
+Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
+                         int64_t max);
+
+}  // namespace tide::server

@@ -1,0 +1,230 @@
+#include "server/http/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <thread>
+
+namespace tide::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+int FromHex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string PercentDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      int hi = FromHex(s[i + 1]);
+      int lo = FromHex(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += (plus_is_space && s[i] == '+') ? ' ' : s[i];
+  }
+  return out;
+}
+
+void ParseTarget(std::string_view target, Request* req) {
+  size_t q = target.find('?');
+  req->path = PercentDecode(target.substr(0, q), false);
+  if (q == std::string_view::npos) return;
+  std::string_view qs = target.substr(q + 1);
+  while (!qs.empty()) {
+    size_t amp = qs.find('&');
+    std::string_view kv = qs.substr(0, amp);
+    size_t eq = kv.find('=');
+    std::string k = PercentDecode(kv.substr(0, eq), true);
+    std::string v = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
+    if (!k.empty()) req->query[k] = v;
+    if (amp == std::string_view::npos) break;
+    qs = qs.substr(amp + 1);
+  }
+}
+
+std::string ErrorBody(const char* code, const std::string& message) {
+  return std::string("{\"error\":{\"code\":\"") + code + "\",\"message\":\"" + message + "\"}}";
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Handler handler;
+  BodyLimit body_limit;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+
+  void Session(tcp::socket socket);
+};
+
+HttpServer::HttpServer(Handler handler, BodyLimit body_limit) : impl_(std::make_unique<Impl>()) {
+  impl_->handler = std::move(handler);
+  impl_->body_limit = std::move(body_limit);
+}
+
+HttpServer::~HttpServer() = default;
+
+Result<std::string> HttpServer::Listen(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return Status::InvalidArgument("listen address must be HOST:PORT, got \"" + address + "\"",
+                                   "listen");
+  }
+  std::string host = address.substr(0, colon);
+  std::string port = address.substr(colon + 1);
+  beast::error_code ec;
+  auto ip = net::ip::make_address(host.empty() ? "127.0.0.1" : host, ec);
+  if (ec) return Status::InvalidArgument("bad listen host \"" + host + "\"", "listen");
+  int port_num = 0;
+  try {
+    port_num = std::stoi(port);
+  } catch (...) {
+    return Status::InvalidArgument("bad listen port \"" + port + "\"", "listen");
+  }
+  tcp::endpoint ep(ip, static_cast<unsigned short>(port_num));
+  auto& acc = impl_->acceptor;
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Unavailable("cannot listen on " + address + ": " + ec.message());
+  auto bound = acc.local_endpoint();
+  return bound.address().to_string() + ":" + std::to_string(bound.port());
+}
+
+void HttpServer::Serve() {
+  while (!impl_->stopping) {
+    beast::error_code ec;
+    tcp::socket socket(impl_->ioc);
+    impl_->acceptor.accept(socket, ec);
+    if (ec) {
+      if (impl_->stopping) break;
+      spdlog::warn("accept: {}", ec.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    std::thread([impl = impl_.get(), s = std::move(socket)]() mutable {
+      impl->Session(std::move(s));
+    }).detach();
+  }
+}
+
+void HttpServer::Shutdown() {
+  impl_->stopping = true;
+  beast::error_code ec;
+  impl_->acceptor.cancel(ec);
+  impl_->acceptor.close(ec);
+}
+
+void HttpServer::Impl::Session(tcp::socket socket) {
+  ++connections;
+  beast::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  beast::flat_buffer buffer;
+  while (!stopping) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    http::read_header(socket, buffer, parser, ec);
+    if (ec) break;
+    auto& hdr = parser.get();
+    std::string target(hdr.target());
+    std::string method(hdr.method_string());
+    Request req;
+    ParseTarget(target, &req);
+    size_t limit = body_limit(method, req.path);
+    parser.body_limit(limit);
+    if (parser.content_length() && *parser.content_length() > limit) {
+      http::response<http::string_body> res{http::status::payload_too_large, hdr.version()};
+      res.set(http::field::content_type, "application/json");
+      res.body() = ErrorBody("too_large", "request body larger than " + std::to_string(limit) +
+                                              " bytes");
+      res.keep_alive(false);
+      res.prepare_payload();
+      http::write(socket, res, ec);
+      break;
+    }
+    http::read(socket, buffer, parser, ec);
+    if (ec == http::error::body_limit) {
+      http::response<http::string_body> res{http::status::payload_too_large, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = ErrorBody("too_large", "request body larger than " + std::to_string(limit) +
+                                              " bytes");
+      res.keep_alive(false);
+      res.prepare_payload();
+      http::write(socket, res, ec);
+      break;
+    }
+    if (ec) break;
+    auto msg = parser.release();
+    req.method = method;
+    for (auto& f : msg) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(f.value());
+    }
+    req.body = std::move(msg.body());
+    bool keep_alive = msg.keep_alive();
+
+    Response out;
+    try {
+      out = handler(req);
+    } catch (const std::exception& e) {
+      spdlog::error("handler for {} {} threw: {}", method, req.path, e.what());
+      out.status = 500;
+      out.body = ErrorBody("internal", "internal error");
+    }
+
+    if (out.stream) {
+      http::response<http::empty_body> res{static_cast<http::status>(out.status), msg.version()};
+      res.set(http::field::content_type, out.content_type);
+      for (auto& [k, v] : out.headers) res.set(k, v);
+      res.chunked(true);
+      res.keep_alive(false);
+      http::response_serializer<http::empty_body> sr{res};
+      http::write_header(socket, sr, ec);
+      if (ec) break;
+      bool alive = true;
+      out.stream([&](std::string_view data) {
+        if (!alive || data.empty()) return alive;
+        net::write(socket, http::make_chunk(net::const_buffer(data.data(), data.size())), ec);
+        if (ec) alive = false;
+        return alive;
+      });
+      if (alive) net::write(socket, http::make_chunk_last(), ec);
+      break;  // a stream ends its connection
+    }
+    http::response<http::string_body> res{static_cast<http::status>(out.status), msg.version()};
+    res.set(http::field::content_type, out.content_type);
+    res.set(http::field::server, "tide");
+    for (auto& [k, v] : out.headers) res.set(k, v);
+    res.body() = std::move(out.body);
+    res.keep_alive(keep_alive && !stopping);
+    res.prepare_payload();
+    http::write(socket, res, ec);
+    if (ec || !res.keep_alive()) break;
+  }
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  --connections;
+}
+
+}  // namespace tide::server

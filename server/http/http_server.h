@@ -1,0 +1,70 @@
+// HttpServer: HTTP/1.1 with keep-alive over Boost.Beast, one thread per
+// connection. Boost stays inside http_server.cc: handlers see only Request
+// and Response.
+//
+// Bodies are limited before they are read: a request whose Content-Length
+// exceeds the limit for its path gets 413 without the body being read.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace tide::server {
+
+struct Request {
+  std::string method;
+  std::string path;                           // decoded, without the query
+  std::map<std::string, std::string> query;   // decoded
+  std::map<std::string, std::string> headers; // lowercase names
+  std::string body;
+
+  std::string Header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? "" : it->second;
+  }
+  std::string Query(const std::string& key) const {
+    auto it = query.find(key);
+    return it == query.end() ? "" : it->second;
+  }
+};
+
+// Writes pieces of a chunked response; false once the client has gone.
+using ChunkWriter = std::function<bool(std::string_view)>;
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::map<std::string, std::string> headers;
+  // If set, the body is streamed: called once, writes chunks until done.
+  std::function<void(const ChunkWriter&)> stream;
+};
+
+using Handler = std::function<Response(const Request&)>;
+// Body limit in bytes for a request line (method, path).
+using BodyLimit = std::function<size_t(const std::string& method, const std::string& path)>;
+
+class HttpServer {
+ public:
+  HttpServer(Handler handler, BodyLimit body_limit);
+  ~HttpServer();
+
+  // Binds "HOST:PORT" (port 0: any free port). Returns the bound "HOST:PORT".
+  Result<std::string> Listen(const std::string& address);
+  // Accepts connections until Shutdown(). Blocks.
+  void Serve();
+  // Stops accepting; open connections end after their current request.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tide::server

@@ -1,0 +1,166 @@
+// /v1/jobs: submit, list, get, cancel, logs (with follow), outputs; /v1/code.
+#include <spdlog/spdlog.h>
+
+#include "api/types.h"
+#include "common/archive.h"
+#include "common/paths.h"
+#include "server/http/api.h"
+
+namespace tide::server {
+
+using nlohmann::json;
+
+Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg) {
+  if (seg.size() == 2) {
+    if (req.method == "POST") return SubmitJob(req, caller);
+    if (req.method == "GET") return ListJobs(req, caller);
+    return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+  }
+  const std::string& id = seg[2];
+  if (seg.size() == 3 && req.method == "GET") {
+    auto job = core_->GetJob(caller, id);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JsonResponse(200, api::ToJson(*job));
+  }
+  if (seg.size() == 4 && seg[3] == "cancel" && req.method == "POST") {
+    auto job = core_->CancelJob(caller, id);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JsonResponse(200, api::ToJson(*job));
+  }
+  if (seg.size() == 4 && seg[3] == "logs" && req.method == "GET") return Logs(req, caller, id);
+  if (seg.size() >= 4 && seg[3] == "outputs" && req.method == "GET") {
+    std::string path;
+    for (size_t i = 4; i < seg.size(); ++i) path += (i > 4 ? "/" : "") + seg[i];
+    return Outputs(req, caller, id, path);
+  }
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
+Response Api::SubmitJob(const Request& req, const Caller& caller) {
+  auto body = ParseBody(req);
+  if (!body.ok()) return ErrorResponse(body.status());
+  auto spec = api::JobSpecFromJson(*body);
+  if (!spec.ok()) return ErrorResponse(spec.status());
+  std::string key = req.Header("idempotency-key");
+  if (key.size() > 256) {
+    return ErrorResponse(Status::InvalidArgument("longer than 256 characters", "Idempotency-Key"));
+  }
+  auto result = core_->SubmitJob(caller, std::move(spec).value(), key);
+  if (!result.ok()) return ErrorResponse(result.status());
+  Response r = JsonResponse(201, api::ToJson(result->first));
+  r.headers["Location"] = "/v1/jobs/" + result->first.id;
+  return r;
+}
+
+Response Api::ListJobs(const Request& req, const Caller& caller) {
+  for (auto& [k, v] : req.query) {
+    if (k != "status" && k != "tag" && k != "limit" && k != "after") {
+      return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+    }
+  }
+  std::string status = req.Query("status");
+  if (!status.empty() && !api::ParseJobStatus(status)) {
+    return ErrorResponse(Status::InvalidArgument(
+        "must be one of queued, starting, running, completed, failed, cancelled", "status"));
+  }
+  auto limit = QueryInt(req, "limit", 100, 1, 1000);
+  if (!limit.ok()) return ErrorResponse(limit.status());
+  auto [jobs, next] =
+      core_->ListJobs(caller, status, req.Query("tag"), static_cast<size_t>(*limit), req.Query("after"));
+  json list = json::array();
+  for (auto& j : jobs) list.push_back(api::ToJson(j));
+  return JsonResponse(200, {{"jobs", list}, {"next", next}});
+}
+
+// Logs of one attempt. With follow=true the answer is a chunked stream that
+// ends when the job ends; when the job moves to a new attempt the stream
+// continues with a marker line and the new attempt's log.
+Response Api::Logs(const Request& req, const Caller& caller, const std::string& id) {
+  auto job = core_->GetJob(caller, id);
+  if (!job.ok()) return ErrorResponse(job.status());
+  auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
+  if (!attempt.ok()) return ErrorResponse(attempt.status());
+  auto offset = QueryInt(req, "offset", 0, 0, int64_t{1} << 50);
+  if (!offset.ok()) return ErrorResponse(offset.status());
+  std::string follow = req.Query("follow");
+  if (!follow.empty() && follow != "true" && follow != "false" && follow != "1" && follow != "0") {
+    return ErrorResponse(Status::InvalidArgument("must be true or false", "follow"));
+  }
+  int att = *attempt > 0 ? static_cast<int>(*attempt) : job->attempt;
+  if (att > job->attempt) {
+    return ErrorResponse(Status::NotFound("job " + id + " has no attempt " + std::to_string(att)));
+  }
+  Response r;
+  r.content_type = "text/plain; charset=utf-8";
+  if (follow != "true" && follow != "1") {
+    auto text = blobs_->ReadLog(id, att, *offset);
+    if (!text.ok()) return ErrorResponse(text.status());
+    r.body = std::move(text).value();
+    r.headers["X-Tide-Attempt"] = std::to_string(att);
+    return r;
+  }
+  int64_t start_offset = *offset;
+  bool pinned = *attempt > 0;
+  r.stream = [this, caller, id, att, start_offset, pinned](const ChunkWriter& write) {
+    int current = att;
+    int64_t pos = start_offset;
+    while (true) {
+      uint64_t seen = core_->epoch();
+      auto now = core_->GetJob(caller, id);
+      if (!now.ok()) return;
+      auto text = blobs_->ReadLog(id, current, pos, 1 << 20);
+      if (text.ok() && !text->empty()) {
+        pos += static_cast<int64_t>(text->size());
+        if (!write(*text)) return;
+        continue;  // drain before deciding anything
+      }
+      if (!pinned && now->attempt > current) {
+        current = now->attempt;
+        pos = 0;
+        std::string marker = "--- attempt " + std::to_string(current) + " ---\n";
+        if (!write(marker)) return;
+        continue;
+      }
+      bool finished = api::IsTerminal(now->status) || (pinned && now->attempt > current);
+      if (finished) {
+        // The agent ships the last bytes before it reports the exit, so
+        // one more read after seeing the end gets everything.
+        auto rest = blobs_->ReadLog(id, current, pos, 64 << 20);
+        if (rest.ok() && !rest->empty()) write(*rest);
+        return;
+      }
+      core_->WaitChange(seen, clock_->MonotonicMs() + 1000);
+    }
+  };
+  return r;
+}
+
+Response Api::Outputs(const Request& req, const Caller& caller, const std::string& id,
+                      const std::string& path) {
+  auto job = core_->GetJob(caller, id);
+  if (!job.ok()) return ErrorResponse(job.status());
+  if (path.empty()) {
+    auto files = blobs_->ListOutputs(id);
+    if (!files.ok()) return ErrorResponse(files.status());
+    json list = json::array();
+    for (auto& f : *files) list.push_back({{"path", f.path}, {"size", f.size}});
+    return JsonResponse(200, {{"files", list}});
+  }
+  auto data = blobs_->GetOutput(id, path);
+  if (!data.ok()) return ErrorResponse(data.status());
+  Response r;
+  r.content_type = "application/octet-stream";
+  r.body = std::move(data).value();
+  return r;
+}
+
+Response Api::UploadCode(const Request& req, const Caller& caller) {
+  if (req.body.empty()) return ErrorResponse(Status::InvalidArgument("empty archive", "body"));
+  Status valid = ValidateArchive(req.body);
+  if (!valid.ok()) return ErrorResponse(Status::InvalidArgument(valid.message(), "body"));
+  auto id = blobs_->PutCode(caller.subject, req.body);
+  if (!id.ok()) return ErrorResponse(id.status());
+  return JsonResponse(201, {{"id", *id}, {"size", req.body.size()}});
+}
+
+}  // namespace tide::server

@@ -1,0 +1,22 @@
+// `tide server`: the control plane process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tide::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7460";  // HOST:PORT; port 0 picks a free one
+  std::string data_dir = ".tide/server";  // tide.db, blobs/, admin.token
+  int64_t node_timeout_ms = 10'000;       // heartbeats missing this long: node lost
+  int io_threads = 0;                     // 0: one per connection (default)
+  std::string log_level = "info";
+  // Written once listening: the actual "HOST:PORT" (useful with port 0).
+  std::string port_file;
+};
+
+// Runs until SIGINT or SIGTERM. Returns the process exit code.
+int RunServer(const ServerOptions& options);
+
+}  // namespace tide::server

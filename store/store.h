@@ -1,0 +1,101 @@
+// Store: durable state of the server, behind one small interface.
+//
+// The server core is the only writer. It keeps the authoritative state in
+// memory and hands the store one WriteBatch per group commit: all rows of a
+// batch are written in one transaction, or none are. At start the server
+// reads everything back with LoadAll(). The store knows rows, not job
+// semantics: job and node documents are opaque JSON text.
+//
+// Implementations: MemoryStore (tests), SqliteStore (default, WAL mode).
+// Thread safety: Write and LoadAll may be called from any one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tide::store {
+
+struct JobRow {
+  std::string id;
+  std::string owner;   // user id
+  std::string status;  // queued, running, ... (for queries; the doc is the truth)
+  int64_t created_at = 0;
+  std::string doc;     // JSON of api::Job
+};
+
+struct NodeRow {
+  std::string id;
+  std::string name;
+  std::string doc;  // JSON of api::Node
+};
+
+struct UserRow {
+  std::string id;
+  std::string name;  // unique
+  int64_t created_at = 0;
+};
+
+// Only the SHA-256 of a token is stored.
+struct TokenRow {
+  std::string hash;     // hex SHA-256 of the secret; primary key
+  std::string kind;     // "admin", "user", "join", "node"
+  std::string subject;  // user id, node id, or "" for admin and join tokens
+  int64_t created_at = 0;
+};
+
+// A client's Idempotency-Key and the job it created.
+struct IdempotencyRow {
+  std::string owner;
+  std::string key;
+  std::string job_id;
+};
+
+// Rows to insert or replace (by primary key) in one transaction.
+struct WriteBatch {
+  std::vector<JobRow> jobs;
+  std::vector<NodeRow> nodes;
+  std::vector<UserRow> users;
+  std::vector<TokenRow> tokens;
+  std::vector<std::string> delete_tokens;  // hashes; applied after `tokens`
+  std::vector<IdempotencyRow> idempotency;
+
+  bool empty() const;
+  // Moves all rows of `other` to the end of this batch. A later row for the
+  // same key wins when the batch is written.
+  void Append(WriteBatch&& other);
+};
+
+struct Contents {
+  std::vector<JobRow> jobs;  // ordered by created_at, then id
+  std::vector<NodeRow> nodes;
+  std::vector<UserRow> users;
+  std::vector<TokenRow> tokens;
+  std::vector<IdempotencyRow> idempotency;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Writes every row of `batch` in one transaction and makes it durable
+  // (fsync'ed) before returning Ok. On error nothing of the batch is kept.
+  virtual Status Write(const WriteBatch& batch) = 0;
+
+  // Everything stored.
+  virtual Result<Contents> LoadAll() = 0;
+
+  // Number of the newest schema migration applied.
+  virtual int SchemaVersion() const = 0;
+};
+
+std::unique_ptr<Store> NewMemoryStore();
+
+// Opens (creating if missing) a SQLite database at `path`, in WAL mode with
+// synchronous=FULL, and applies pending numbered migrations.
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+
+}  // namespace tide::store
