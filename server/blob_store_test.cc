@@ -1,1 +1,52 @@
+#include "server/blob_store.h"
+
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace tide::server {
+namespace {
+
+class BlobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tide-blob-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    blobs_ = std::make_unique<BlobStore>(dir_);
+    ASSERT_TRUE(blobs_->Init().ok());
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string dir_;
+  std::unique_ptr<BlobStore> blobs_;
+};
+
+TEST_F(BlobStoreTest, LogAppendIsIdempotentByOffset) {
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, "hello ").ok());
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, "hello ").ok());  // retry
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 3, "lo world").ok());  // overlap
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 0), "hello world");
+  EXPECT_EQ(blobs_->AppendLog("j", 1, 100, "gap").code(), Code::kConflict);
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 6), "world");
+  EXPECT_EQ(*blobs_->ReadLog("j", 2, 0), "");
+}
+
+TEST_F(BlobStoreTest, OutputsCannotEscape) {
+  ASSERT_TRUE(blobs_->PutOutput("j", "a/b.txt", "x").ok());
+  EXPECT_EQ(blobs_->PutOutput("j", "../../etc/x", "x").code(), Code::kInvalidArgument);
+  EXPECT_EQ(blobs_->PutOutput("j", "/etc/x", "x").code(), Code::kInvalidArgument);
+  EXPECT_EQ(blobs_->GetOutput("j", "../j/a/b.txt").status().code(), Code::kInvalidArgument);
+  auto files = blobs_->ListOutputs("j");
+  ASSERT_EQ(files->size(), 1u);
+  EXPECT_EQ((*files)[0].path, "a/b.txt");
+  EXPECT_EQ(*blobs_->GetOutput("j", "a/b.txt"), "x");
+}
+
+TEST_F(BlobStoreTest, CodeIsPerOwnerAndContentAddressed) {
+  auto id = blobs_->PutCode("u-1", "archive-bytes");
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->size(), 64u);
+  EXPECT_TRUE(blobs_->HasCode("u-1", *id));
+  EXPECT_FALSE(blobs_->HasCode("u-2", *id));
+}
+
+}  // namespace
+}  // namespace tide::server

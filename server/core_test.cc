@@ -1,1 +1,227 @@
+#include "server/core.h"
+
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "api/types.h"
+
+namespace tide::server {
+namespace {
+
+using api::JobStatus;
+
+api::JobSpec Spec(int gpus = 1, std::vector<std::string> types = {}) {
+  api::JobSpec s;
+  s.name = "t";
+  s.command = {"true"};
+  s.resources.gpu_count = gpus;
+  s.resources.gpu_types = std::move(types);
+  return s;
+}
+
+api::RegisterRequest Machine(const std::string& name, int gpus, const std::string& model = "RTX4090") {
+  api::RegisterRequest r;
+  r.name = name;
+  for (int i = 0; i < gpus; ++i) {
+    api::Gpu g;
+    g.index = i;
+    g.name = model;
+    g.model = model;
+    g.memory_mb = 24576;
+    r.gpus.push_back(g);
+  }
+  return r;
+}
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::NewMemoryStore();
+    Boot();
+  }
+  void Boot() {
+    core_ = std::make_unique<Core>(store_.get(), &clock_, CoreOptions{10'000, 10'000, 20});
+    ASSERT_TRUE(core_->Recover().ok());
+    core_->Start();
+  }
+  void Reboot() {
+    core_->Stop();
+    core_.reset();
+    Boot();
+  }
+  Caller User(const std::string& name) {
+    auto u = core_->CreateUser(name);
+    EXPECT_TRUE(u.ok()) << u.status().ToString();
+    return Caller{Scope::kUser, u->first.id};
+  }
+  std::string AddNode(const std::string& name, int gpus) {
+    auto join = core_->CreateJoinToken();
+    auto caller = core_->Authenticate(*join);
+    EXPECT_TRUE(caller.ok());
+    auto reg = core_->RegisterNode(*caller, Machine(name, gpus));
+    EXPECT_TRUE(reg.ok()) << reg.status().ToString();
+    return reg->first;
+  }
+  // The core ticks on its own thread; wait (real time) for a condition.
+  template <typename F>
+  bool Eventually(F f) {
+    for (int i = 0; i < 200; ++i) {
+      if (f()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Core> core_;
+};
+
+TEST_F(CoreTest, SubmittedJobIsDurableBeforeReturn) {
+  Caller alice = User("alice");
+  auto r = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(r.ok());
+  auto rows = store_->LoadAll();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->jobs.size(), 1u);
+  EXPECT_EQ(rows->jobs[0].id, r->first.id);
+  EXPECT_EQ(r->first.status, JobStatus::kQueued);
+  EXPECT_EQ(r->first.pending_reason, "no node is registered");
+}
+
+TEST_F(CoreTest, PlacesAndDeliversOnce) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 4);
+  auto job = core_->SubmitJob(alice, Spec(2), "");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->first.status, JobStatus::kStarting);
+  EXPECT_EQ(job->first.gpus.size(), 2u);
+  auto work = core_->PollWork(node, 0);
+  ASSERT_TRUE(work.ok());
+  ASSERT_EQ(work->assignments.size(), 1u);
+  EXPECT_EQ(work->assignments[0].job.id, job->first.id);
+  auto again = core_->PollWork(node, 0);
+  EXPECT_TRUE(again->assignments.empty()) << "an assignment is handed out once";
+}
+
+TEST_F(CoreTest, LifecycleCompletesAndFreesGpus) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 1);
+  auto a = core_->SubmitJob(alice, Spec(), "");
+  auto b = core_->SubmitJob(alice, Spec(), "");
+  EXPECT_EQ(core_->GetJob(alice, b->first.id)->status, JobStatus::kQueued);
+  EXPECT_EQ(core_->GetJob(alice, b->first.id)->pending_reason,
+            "waiting for 1 GPU to be free on one node");
+  ASSERT_TRUE(core_->JobEvent(node, a->first.id, {1, "running", std::nullopt, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, a->first.id)->status, JobStatus::kRunning);
+  ASSERT_TRUE(core_->JobEvent(node, a->first.id, {1, "exited", 0, "", ""}).ok());
+  auto done = core_->GetJob(alice, a->first.id);
+  EXPECT_EQ(done->status, JobStatus::kCompleted);
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_EQ(core_->GetJob(alice, b->first.id)->status, JobStatus::kStarting);
+}
+
+TEST_F(CoreTest, NonZeroExitFailsWithReason) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 1);
+  auto a = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(core_->JobEvent(node, a->first.id, {1, "exited", 3, "", ""}).ok());
+  auto j = core_->GetJob(alice, a->first.id);
+  EXPECT_EQ(j->status, JobStatus::kFailed);
+  EXPECT_EQ(j->reason, "exit_code:3");
+}
+
+TEST_F(CoreTest, OtherUsersSeeNotFound) {
+  Caller alice = User("alice");
+  Caller bob = User("bob");
+  auto a = core_->SubmitJob(alice, Spec(), "");
+  EXPECT_TRUE(core_->GetJob(bob, a->first.id).status().IsNotFound());
+  EXPECT_TRUE(core_->CancelJob(bob, a->first.id).status().IsNotFound());
+  EXPECT_TRUE(core_->ListJobs(bob, "", "", 100, "").first.empty());
+  EXPECT_EQ(core_->ListJobs(alice, "", "", 100, "").first.size(), 1u);
+}
+
+TEST_F(CoreTest, CancelQueuedIsImmediateRunningIsOrdered) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 1);
+  auto running = core_->SubmitJob(alice, Spec(), "");
+  auto queued = core_->SubmitJob(alice, Spec(), "");
+  EXPECT_EQ(core_->CancelJob(alice, queued->first.id)->status, JobStatus::kCancelled);
+  auto c = core_->CancelJob(alice, running->first.id);
+  EXPECT_TRUE(c->cancel_requested);
+  auto work = core_->PollWork(node, 0);
+  ASSERT_EQ(work->cancels.size(), 1u);
+  EXPECT_EQ(work->cancels[0].reason, "cancelled");
+  ASSERT_TRUE(core_->JobEvent(node, running->first.id, {1, "exited", 143, "cancelled", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, running->first.id)->status, JobStatus::kCancelled);
+}
+
+TEST_F(CoreTest, LostNodeRequeuesWithNextAttempt) {
+  Caller alice = User("alice");
+  std::string n1 = AddNode("n1", 1);
+  auto job = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(core_->JobEvent(n1, job->first.id, {1, "running", std::nullopt, "", ""}).ok());
+  std::string n2 = AddNode("n2", 1);
+  // n2 keeps heartbeating, n1 goes silent.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(1000);
+    ASSERT_TRUE(core_->Heartbeat(n2, {}).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, job->first.id)->attempt == 2; }));
+  auto j = core_->GetJob(alice, job->first.id);
+  EXPECT_EQ(j->status, JobStatus::kStarting);
+  EXPECT_EQ(j->node_id, n2);
+  ASSERT_EQ(j->attempts.size(), 2u);
+  EXPECT_EQ(j->attempts[0].reason, "node_lost");
+  // The old node's late report is refused; it must stop the job.
+  EXPECT_EQ(core_->JobEvent(n1, job->first.id, {1, "exited", 0, "", ""}).code(), Code::kConflict);
+}
+
+TEST_F(CoreTest, HeartbeatCancelsJobsNotLeased) {
+  std::string node = AddNode("n1", 1);
+  api::Heartbeat hb;
+  hb.running.push_back({"j-unknown", 1});
+  auto work = core_->Heartbeat(node, hb);
+  ASSERT_EQ(work->cancels.size(), 1u);
+  EXPECT_EQ(work->cancels[0].job_id, "j-unknown");
+}
+
+TEST_F(CoreTest, IdempotencyKeyCreatesOnce) {
+  Caller alice = User("alice");
+  auto a = core_->SubmitJob(alice, Spec(), "key-1");
+  auto b = core_->SubmitJob(alice, Spec(), "key-1");
+  EXPECT_TRUE(a->second);
+  EXPECT_FALSE(b->second);
+  EXPECT_EQ(a->first.id, b->first.id);
+  Caller bob = User("bob");
+  auto c = core_->SubmitJob(bob, Spec(), "key-1");
+  EXPECT_NE(c->first.id, a->first.id) << "keys are per user";
+}
+
+TEST_F(CoreTest, StateSurvivesRestart) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 2);
+  auto job = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(core_->JobEvent(node, job->first.id, {1, "running", std::nullopt, "", ""}).ok());
+  Reboot();
+  auto j = core_->GetJob(alice, job->first.id);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->status, JobStatus::kRunning);
+  // The lease is back: the node's report is accepted.
+  EXPECT_TRUE(core_->JobEvent(node, job->first.id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, job->first.id)->status, JobStatus::kCompleted);
+}
+
+TEST_F(CoreTest, TokensAreStoredHashed) {
+  auto u = core_->CreateUser("carol");
+  auto rows = store_->LoadAll();
+  for (auto& t : rows->tokens) EXPECT_NE(t.hash, u->second);
+  EXPECT_TRUE(core_->Authenticate(u->second).ok());
+  EXPECT_EQ(core_->Authenticate("tide_u_nope").status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(core_->CreateUser("carol").status().code(), Code::kConflict);
+}
+
+}  // namespace
+}  // namespace tide::server
