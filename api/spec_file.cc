@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "common/paths.h"
@@ -20,10 +22,13 @@ json Scalar(const YAML::Node& n) {
   errno = 0;
   long long i = std::strtoll(s.c_str(), &end, 10);
   if (end && *end == '\0' && errno == 0) return static_cast<int64_t>(i);
-  double d = std::strtod(s.c_str(), &end);
-  if (end && *end == '\0' && !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
-                                            s[0] == '-' || s[0] == '.')) {
-    return d;
+  // Only decimal notation is a number: strtod would also read "0x1F",
+  // "-inf" and "nan", and an out-of-range "1e999" is not a JSON number.
+  if (s.find_first_not_of("0123456789.eE+-") == std::string::npos &&
+      s.find_first_of("0123456789") != std::string::npos) {
+    errno = 0;
+    double d = std::strtod(s.c_str(), &end);
+    if (end && *end == '\0' && errno == 0 && std::isfinite(d)) return d;
   }
   return s;
 }

@@ -11,6 +11,10 @@ namespace tide::api {
 
 namespace {
 
+// Longest max_runtime accepted (365 days): keeps deadlines in milliseconds and
+// worst-case cost escrow far from int64 overflow.
+constexpr int64_t kMaxRuntimeSeconds = 365LL * 86400;
+
 std::string Upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -20,6 +24,10 @@ std::string Upper(std::string s) {
 std::optional<int64_t> ReadDuration(JsonReader& r, const std::string& key) {
   const json* v = r.Raw(key);
   if (!v) return std::nullopt;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    r.Fail(key, "is too large");
+    return std::nullopt;
+  }
   if (v->is_number_integer()) {
     int64_t n = v->get<int64_t>();
     if (n < 0) r.Fail(key, "must not be negative");
@@ -41,6 +49,10 @@ std::optional<int64_t> ReadDuration(JsonReader& r, const std::string& key) {
 std::optional<int64_t> ReadMemory(JsonReader& r, const std::string& key) {
   const json* v = r.Raw(key);
   if (!v) return std::nullopt;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    r.Fail(key, "is too large");
+    return std::nullopt;
+  }
   if (v->is_number_integer()) return v->get<int64_t>();
   if (!v->is_string()) {
     r.Fail(key, "must be a size like \"24GB\" or a number of MiB");
@@ -97,9 +109,29 @@ std::string CanonicalGpuModel(const std::string& name) {
   }
   // The first '-' separates form factor and memory ("A100-SXM4-80GB").
   if (auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash);
+  // After the first word, words naming memory size or form factor are not
+  // part of the model: "H100 80GB HBM3", "A100 80GB PCIe", "H100 NVL".
+  auto is_variant = [](const std::string& w) {
+    size_t digits = 0;
+    while (digits < w.size() && std::isdigit(static_cast<unsigned char>(w[digits]))) ++digits;
+    std::string rest = w.substr(digits);
+    if (digits > 0 && (rest == "GB" || rest == "G" || rest == "GIB")) return true;
+    if (w.rfind("SXM", 0) == 0 || w.rfind("HBM", 0) == 0) return true;
+    return w == "PCIE" || w == "NVL" || w == "GENERATION" || w == "GPU";
+  };
   std::string out;
-  for (char c : s) {
-    if (std::isalnum(static_cast<unsigned char>(c))) out += c;
+  size_t pos = 0;
+  bool first = true;
+  while (pos < s.size()) {
+    size_t end = s.find(' ', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string word = s.substr(pos, end - pos);
+    pos = end + 1;
+    if (word.empty() || (!first && is_variant(word))) continue;
+    first = false;
+    for (char c : word) {
+      if (std::isalnum(static_cast<unsigned char>(c))) out += c;
+    }
   }
   return out;
 }
@@ -189,6 +221,7 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   }
   if (auto d = ReadDuration(r, "max_runtime")) {
     if (*d == 0) r.Fail("max_runtime", "must be positive");
+    else if (*d > kMaxRuntimeSeconds) r.Fail("max_runtime", "must be at most 365d");
     spec.max_runtime_s = *d;
   }
   if (auto d = ReadDuration(r, "grace")) {
@@ -199,6 +232,8 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     bool ok = v->size() == 64;
     for (char c : *v) ok = ok && std::isxdigit(static_cast<unsigned char>(c));
     if (!ok) r.Fail("code", "must be the id of an uploaded code archive (64 hex characters)");
+    // Ids are lowercase SHA-256 hex; accept the same id in uppercase.
+    for (char& c : *v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     spec.code = *v;
   }
   if (auto v = r.StringList("tags")) {
@@ -237,7 +272,19 @@ json ToJson(const Attempt& a) {
   return j;
 }
 
-Result<Attempt> AttemptFromJson(const json& j) {
+namespace {
+// The record readers below use json::value(), which throws on a type
+// mismatch; no exception may leave this module (STYLE.md section 4).
+template <typename F>
+auto NoThrow(const char* what, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string(what) + ": " + e.what());
+  }
+}
+
+Result<Attempt> AttemptFromJsonImpl(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("attempt must be an object");
   Attempt a;
   a.attempt = j.value("attempt", 0);
@@ -248,6 +295,11 @@ Result<Attempt> AttemptFromJson(const json& j) {
   a.reason = j.value("reason", "");
   if (j.contains("exit_code") && j["exit_code"].is_number_integer()) a.exit_code = j["exit_code"].get<int>();
   return a;
+}
+}  // namespace
+
+Result<Attempt> AttemptFromJson(const json& j) {
+  return NoThrow("attempt", [&] { return AttemptFromJsonImpl(j); });
 }
 
 json ToJson(const Job& job) {
@@ -272,7 +324,8 @@ json ToJson(const Job& job) {
   return j;
 }
 
-Result<Job> JobFromJson(const json& j) {
+namespace {
+Result<Job> JobFromJsonImpl(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("job must be an object");
   Job job;
   json spec = json::object();
@@ -309,6 +362,11 @@ Result<Job> JobFromJson(const json& j) {
     }
   }
   return job;
+}
+}  // namespace
+
+Result<Job> JobFromJson(const json& j) {
+  return NoThrow("job record", [&] { return JobFromJsonImpl(j); });
 }
 
 // ---------------------------------------------------------------- Node
@@ -369,7 +427,8 @@ json ToJson(const Node& n) {
           {"last_heartbeat", n.last_heartbeat}};
 }
 
-Result<Node> NodeFromJson(const json& j) {
+namespace {
+Result<Node> NodeFromJsonImpl(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("node must be an object");
   Node n;
   n.id = j.value("id", "");
@@ -382,6 +441,11 @@ Result<Node> NodeFromJson(const json& j) {
   n.registered_at = j.value("registered_at", int64_t{0});
   n.last_heartbeat = j.value("last_heartbeat", int64_t{0});
   return n;
+}
+}  // namespace
+
+Result<Node> NodeFromJson(const json& j) {
+  return NoThrow("node record", [&] { return NodeFromJsonImpl(j); });
 }
 
 // ---------------------------------------------------------------- agent protocol
@@ -448,7 +512,8 @@ json ToJson(const AgentWork& w) {
   return {{"assignments", as}, {"cancels", cs}};
 }
 
-Result<AgentWork> AgentWorkFromJson(const json& j) {
+namespace {
+Result<AgentWork> AgentWorkFromJsonImpl(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("must be a JSON object", "body");
   AgentWork w;
   if (j.contains("assignments") && j["assignments"].is_array()) {
@@ -469,6 +534,11 @@ Result<AgentWork> AgentWorkFromJson(const json& j) {
     }
   }
   return w;
+}
+}  // namespace
+
+Result<AgentWork> AgentWorkFromJson(const json& j) {
+  return NoThrow("agent work", [&] { return AgentWorkFromJsonImpl(j); });
 }
 
 json ToJson(const JobEvent& e) {
@@ -494,9 +564,23 @@ Result<JobEvent> JobEventFromJson(const json& j) {
   return e;
 }
 
+namespace {
+// Messages may echo client bytes (a malformed body, a bad path); dump()
+// throws on invalid UTF-8, so replace such bytes with U+FFFD up front.
+std::string Utf8Safe(const std::string& s) {
+  std::string dumped = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  return json::parse(dumped).get<std::string>();
+}
+
+std::string StringField(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
+}  // namespace
+
 json ErrorJson(const Status& s) {
-  json e = {{"code", CodeName(s.code())}, {"message", s.message()}};
-  if (!s.field().empty()) e["field"] = s.field();
+  json e = {{"code", CodeName(s.code())}, {"message", Utf8Safe(s.message())}};
+  if (!s.field().empty()) e["field"] = Utf8Safe(s.field());
   return {{"error", e}};
 }
 
@@ -506,13 +590,23 @@ Status StatusFromErrorJson(int http_status, const std::string& body) {
   std::string field;
   std::string code;
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    msg = j["error"].value("message", msg);
-    field = j["error"].value("field", "");
-    code = j["error"].value("code", "");
+    const json& e = j["error"];
+    if (std::string m = StringField(e, "message"); !m.empty()) msg = m;
+    field = StringField(e, "field");
+    code = StringField(e, "code");
   } else if (!body.empty()) {
     msg += ": " + body.substr(0, 200);
   }
-  if (code == "invalid_argument" || http_status == 400) return Status::InvalidArgument(msg, field);
+  // The code field is authoritative; the HTTP status is the fallback.
+  if (code == "invalid_argument") return Status::InvalidArgument(msg, field);
+  if (code == "not_found") return Status::NotFound(msg);
+  if (code == "conflict") return Status::Conflict(msg);
+  if (code == "unauthenticated") return Status::Unauthenticated(msg);
+  if (code == "permission_denied") return Status::PermissionDenied(msg);
+  if (code == "too_large") return Status::TooLarge(msg);
+  if (code == "unavailable") return Status::Unavailable(msg);
+  if (code == "internal") return Status::Internal(msg);
+  if (http_status == 400) return Status::InvalidArgument(msg, field);
   if (http_status == 401) return Status::Unauthenticated(msg);
   if (http_status == 403) return Status::PermissionDenied(msg);
   if (http_status == 404) return Status::NotFound(msg);

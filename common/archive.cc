@@ -27,6 +27,12 @@ struct WriterDeleter {
 using Reader = std::unique_ptr<struct archive, ReaderDeleter>;
 using Writer = std::unique_ptr<struct archive, WriterDeleter>;
 
+// libarchive may fail without setting a message (NULL).
+std::string ErrorString(struct archive* a) {
+  const char* msg = archive_error_string(a);
+  return msg ? msg : "unknown libarchive error";
+}
+
 Result<Reader> OpenReader(const std::string& data) {
   Reader r(archive_read_new());
   archive_read_support_filter_gzip(r.get());
@@ -34,7 +40,7 @@ Result<Reader> OpenReader(const std::string& data) {
   archive_read_support_format_tar(r.get());
   if (archive_read_open_memory(r.get(), data.data(), data.size()) != ARCHIVE_OK) {
     return Status::InvalidArgument(std::string("not a tar.gz archive: ") +
-                                   archive_error_string(r.get()));
+                                   ErrorString(r.get()));
   }
   return r;
 }
@@ -50,8 +56,10 @@ Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit 
   while (true) {
     int rc = archive_read_next_header(a, &entry);
     if (rc == ARCHIVE_EOF) break;
-    if (rc != ARCHIVE_OK) {
-      return Status::InvalidArgument(std::string("corrupt archive: ") + archive_error_string(a));
+    // ARCHIVE_WARN is not damage: e.g. a UTF-8 name that the process locale
+    // cannot represent (the raw name is still returned and checked below).
+    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
+      return Status::InvalidArgument(std::string("corrupt archive: ") + ErrorString(a));
     }
     const char* raw = archive_entry_pathname(entry);
     std::string name = raw ? raw : "";
@@ -98,7 +106,7 @@ Result<std::string> PackDirectory(const std::string& dir) {
     return static_cast<la_ssize_t>(n);
   };
   if (archive_write_open(w.get(), &out, nullptr, write_cb, nullptr) != ARCHIVE_OK) {
-    return Status::Internal(std::string("archive: ") + archive_error_string(w.get()));
+    return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
   }
   std::vector<fs::path> paths;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
@@ -118,8 +126,8 @@ Result<std::string> PackDirectory(const std::string& dir) {
     } else if (fs::is_directory(st)) {
       archive_entry_set_filetype(e.get(), AE_IFDIR);
       archive_entry_set_perm(e.get(), 0755);
-      if (archive_write_header(w.get(), e.get()) != ARCHIVE_OK) {
-        return Status::Internal("archive " + rel + ": " + archive_error_string(w.get()));
+      if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN) {
+        return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
     } else if (fs::is_regular_file(st)) {
       auto content = ReadFile(p.string());
@@ -128,17 +136,17 @@ Result<std::string> PackDirectory(const std::string& dir) {
       bool exec = (static_cast<unsigned>(st.permissions()) & 0100) != 0;
       archive_entry_set_perm(e.get(), exec ? 0755 : 0644);
       archive_entry_set_size(e.get(), static_cast<la_int64_t>(content->size()));
-      if (archive_write_header(w.get(), e.get()) != ARCHIVE_OK ||
+      if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN ||
           (!content->empty() &&
            archive_write_data(w.get(), content->data(), content->size()) < 0)) {
-        return Status::Internal("archive " + rel + ": " + archive_error_string(w.get()));
+        return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
     } else {
       return Status::InvalidArgument("code directory contains a special file: " + rel);
     }
   }
   if (archive_write_close(w.get()) != ARCHIVE_OK) {
-    return Status::Internal(std::string("archive: ") + archive_error_string(w.get()));
+    return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
   }
   return out;
 }
@@ -199,7 +207,7 @@ Status UnpackArchive(const std::string& archive, const std::string& dest,
         la_ssize_t n;
         while ((n = archive_read_data(a, buf, sizeof(buf))) > 0) out.write(buf, n);
         if (n < 0) return Status::InvalidArgument(std::string("corrupt archive: ") +
-                                                  archive_error_string(a));
+                                                  ErrorString(a));
         out.close();
         if (!out) return Status::Internal("write " + target.string() + " failed");
         mode_t perm = archive_entry_perm(entry) & 0755;

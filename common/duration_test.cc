@@ -71,9 +71,9 @@ TEST(FormatDurationSeconds, ComposesUnits) {
 }
 
 TEST(FormatDurationSeconds, RoundTripsThroughParse) {
-  for (int64_t s : {int64_t{1}, int64_t{59}, int64_t{61}, int64_t{3599}, int64_t{3600},
-                    int64_t{5400}, int64_t{86399}, int64_t{86400}, int64_t{90061},
-                    int64_t{30} * 86400}) {
+  for (int64_t s :
+       {int64_t{1}, int64_t{59}, int64_t{61}, int64_t{3599}, int64_t{3600}, int64_t{5400},
+        int64_t{86399}, int64_t{86400}, int64_t{90061}, int64_t{30} * 86400}) {
     EXPECT_EQ(Seconds(FormatDurationSeconds(s)), s) << FormatDurationSeconds(s);
   }
 }

@@ -50,31 +50,17 @@ TEST(CleanRelativePath, AcceptsAndNormalises) {
 
 TEST(CleanRelativePath, Rejects) {
   const std::string cases[] = {
-      "",
-      "/etc/passwd",
-      "/",
-      "..",
-      "../x",
-      "a/..",
-      "a/../b",
-      "a/../../b",
-      "./../x",
-      "a\\b",
-      "..\\x",
-      ".",
-      "./",
-      "//",
-      std::string("a\0b", 3),
-      "a\nb",
-      "a\tb",
-      "a\x1b[31m",
-      "a\x7f",
-      std::string(1025, 'x'),
+      "",      "/etc/passwd", "/",         "..",     "../x",
+      "a/..",  "a/../b",      "a/../../b", "./../x", "a\\b",
+      "..\\x", ".",           "./",        "//",     std::string("a\0b", 3),
+      "a\nb",  "a\tb",        "a\x1b[31m", "a\x7f",  std::string(1025, 'x'),
   };
   for (const auto& bad : cases) {
     auto r = CleanRelativePath(bad);
     EXPECT_FALSE(r.ok()) << "accepted \"" << bad << "\" as \"" << (r.ok() ? *r : "") << "\"";
-    if (!r.ok()) EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    }
   }
 }
 
