@@ -131,11 +131,13 @@ Result<HttpResponse> HttpClient::Do(const std::string& method, const std::string
     beast::error_code ec = im.Write(req, timeout_ms);
     http::response_parser<http::string_body> parser;
     parser.body_limit(1ULL << 34);
-    if (!ec) {
-      im.stream.expires_after(std::chrono::milliseconds(timeout_ms));
-      http::async_read(im.stream, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
-      im.Run();
-    }
+    // Read the answer even if the write failed: a server may refuse a body
+    // (413) before it has read all of it.
+    beast::error_code write_ec = ec;
+    im.stream.expires_after(std::chrono::milliseconds(timeout_ms));
+    http::async_read(im.stream, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+    im.Run();
+    if (ec && write_ec) ec = write_ec;
     if (ec) {
       im.Close();
       if (reused && round == 0 && !parser.got_some()) continue;

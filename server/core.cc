@@ -664,6 +664,12 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
       return Status::Ok();
     }
     // exited
+    if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
+      // The agent was stopped, not the job: it runs again elsewhere.
+      RequeueLocked(e, "agent_shutdown");
+      PersistJob(e, batch);
+      return Status::Ok();
+    }
     std::string reason;
     JobStatus final_status;
     if (e.job.cancel_requested) {

@@ -7,6 +7,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/socket.h>
+
 #include <thread>
 
 namespace tide::server {
@@ -61,6 +63,23 @@ void ParseTarget(std::string_view target, Request* req) {
 
 std::string ErrorBody(const char* code, const std::string& message) {
   return std::string("{\"error\":{\"code\":\"") + code + "\",\"message\":\"" + message + "\"}}";
+}
+
+// After refusing a body we did not read: stop sending, then read and drop
+// what the client is still sending for a moment, so closing does not reset
+// the connection before the client has read our answer.
+void LingeringClose(tcp::socket& socket) {
+  beast::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  timeval tv{2, 0};
+  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[65536];
+  size_t total = 0;
+  while (total < (64u << 20)) {
+    ssize_t n = ::recv(socket.native_handle(), buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace
@@ -131,6 +150,9 @@ void HttpServer::Serve() {
 void HttpServer::Shutdown() {
   impl_->stopping = true;
   beast::error_code ec;
+  // A blocking accept() is not woken by close() from another thread on
+  // Linux; shutdown() of the listening socket wakes it.
+  ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   impl_->acceptor.cancel(ec);
   impl_->acceptor.close(ec);
 }
@@ -160,6 +182,7 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       res.keep_alive(false);
       res.prepare_payload();
       http::write(socket, res, ec);
+      LingeringClose(socket);
       break;
     }
     http::read(socket, buffer, parser, ec);
@@ -171,6 +194,7 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       res.keep_alive(false);
       res.prepare_payload();
       http::write(socket, res, ec);
+      LingeringClose(socket);
       break;
     }
     if (ec) break;

@@ -1,0 +1,37 @@
+// `tide agent`: runs on a GPU machine, joins a server, runs its jobs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace tide::agent {
+
+struct AgentOptions {
+  std::string server = "http://127.0.0.1:7460";
+  std::string join_token;  // needed the first time; then DATA_DIR/node.token is used
+  std::string data_dir = ".tide/agent";
+  std::string name;       // default: the host name
+  std::string fake_gpus;  // "4xRTX4090:24GB,2xA100:80GB"; empty = NVML
+  int64_t heartbeat_interval_ms = 2'000;
+  std::string log_level = "info";
+
+  // When the agent runs inside another process (`tide dev`, tests): the agent
+  // stops, like on SIGTERM, once *stop becomes true. Not owned.
+  const std::atomic<bool>* stop = nullptr;
+  // Block SIGINT/SIGTERM and wait for them (the `tide agent` process). Turn
+  // off when the host process handles signals itself and sets `stop`.
+  bool handle_signals = true;
+  // After a stop, how long jobs that have ended may still spend reporting
+  // to an unreachable server before the agent gives up and exits.
+  int64_t shutdown_report_timeout_ms = 10'000;
+};
+
+// Runs until SIGINT or SIGTERM (or *options.stop). Running jobs are stopped
+// with their grace period and reported (reason "agent_shutdown"); a second
+// signal kills them at once. Returns the process exit code: 0 after a clean
+// stop, 1 if the agent could not start (bad options, no GPUs source, server
+// refused the tokens) or the server revoked the node token.
+int RunAgent(const AgentOptions& options);
+
+}  // namespace tide::agent

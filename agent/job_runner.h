@@ -1,0 +1,144 @@
+// JobRunner: one attempt of one job on this node, from assignment to the
+// acknowledged "exited" event.
+//
+// Two threads per attempt, so a slow or absent server never stalls the job:
+//   control   prepares the sandbox (work/ with the code, output/,
+//             checkpoint/), starts the process, pumps its output into the
+//             local log file, enforces max_runtime and stop orders (notice
+//             file, SIGTERM, grace, kill of the whole tree). No network once
+//             the process runs.
+//   reporter  talks to the server: "running", the log (LogShipper, every
+//             200 ms or 256 KiB), then the outputs and "exited", each retried
+//             with backoff (up to 2 s apart) until acknowledged.
+// A 404 or 409 for the job means the server no longer wants it: the runner
+// stops retrying and kills the job at once.
+//
+// Thread safety: all public methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/runtime/runtime.h"
+#include "api/client.h"
+#include "api/types.h"
+#include "common/clock.h"
+
+namespace tide::agent {
+
+// Where one attempt lives: DATA_DIR/jobs/<id>/<attempt>/.
+struct JobPaths {
+  std::string root;
+  std::string work;        // cwd of the job, code unpacked here
+  std::string output;      // TIDE_OUTPUT_DIR: uploaded when the job ends
+  std::string checkpoint;  // TIDE_CHECKPOINT_DIR
+  std::string notice;      // TIDE_NOTICE_FILE: written before SIGTERM
+  std::string log;         // stdout+stderr, as shipped
+};
+JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int attempt);
+
+// The job's environment: spec.env, then the agent's variables (which win):
+// CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NVIDIA_VISIBLE_DEVICES,
+// TIDE_GPU_UUIDS, TIDE_JOB_ID, TIDE_ATTEMPT, TIDE_OUTPUT_DIR,
+// TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE.
+std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const JobPaths& paths,
+                                               const std::vector<api::Gpu>& node_gpus);
+
+struct RunnerDeps {
+  std::string server;
+  std::string node_token;
+  std::string data_dir;
+  Runtime* runtime = nullptr;       // not owned; outlives the runner
+  std::vector<api::Gpu> node_gpus;  // as discovered
+  const Clock* clock = SystemClock::Default();
+  // Retry backoff bounds for server calls.
+  int64_t min_backoff_ms = 100;
+  int64_t max_backoff_ms = 2'000;
+  int64_t ship_interval_ms = 200;
+};
+
+class JobRunner {
+ public:
+  JobRunner(api::Job job, RunnerDeps deps);
+  ~JobRunner();  // abandons and joins if still running
+
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  void Start();
+
+  // A stop order (cancel, preemption, timeout, agent shutdown): notice file,
+  // SIGTERM, `grace_s` seconds, then the whole tree is killed. The first
+  // reason is the one reported; a later order can only shorten the grace.
+  void Stop(const std::string& reason, int64_t grace_s);
+
+  // Stops talking to the server (no more retries) and kills the job at once.
+  // Used when the agent must exit without the server's acknowledgement.
+  void Abandon();
+
+  // True once the exited event is acknowledged (or the job was rejected or
+  // abandoned) and both threads are done. Then the runner can be destroyed.
+  bool done() const { return done_.load(); }
+  // True once the job's processes are gone (or never started).
+  bool process_finished() const { return process_finished_.load(); }
+
+  const std::string& job_id() const { return job_.id; }
+  int attempt() const { return job_.attempt; }
+  const std::vector<int>& gpus() const { return job_.gpus; }
+  int64_t grace_s() const { return job_.spec.grace_s; }
+
+ private:
+  enum class Call { kOk, kRejected, kAbandoned };
+
+  void ControlMain();
+  void ReporterMain();
+
+  // Sets up the attempt directory and the launch spec. An error is for the
+  // user (reported as start_failed).
+  Status Prepare(LaunchSpec* spec);
+  Status RestoreCheckpoint();
+  void RunProcess(Process* process);
+  void BeginStop(Process* process, const std::string& reason, int64_t grace_s);
+  // Calls `fn` until it succeeds, backing off on transient errors. A 404 or
+  // 409 marks the job rejected (and kills it); 400/403/413 are logged and
+  // count as done; kAbandoned once Abandon() was called.
+  Call Retry(const std::string& what, const std::function<Status()>& fn);
+  void MarkRejected(const std::string& what, const Status& st);
+  Call UploadOutputs(api::Client* client);
+  void SleepUnlessAbandoned(int64_t ms);
+
+  api::Job job_;
+  RunnerDeps deps_;
+  JobPaths paths_;
+
+  std::thread control_;
+  std::thread reporter_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  // Stop order (guarded by mu_).
+  std::string stop_reason_;
+  int64_t stop_grace_s_ = -1;  // -1: none
+  bool stop_ordered_ = false;  // an order is waiting for the control thread
+  // Control -> reporter (guarded by mu_).
+  bool started_ = false;  // the process runs: report "running"
+  bool outcome_ready_ = false;
+  api::JobEvent outcome_;
+  bool ship_now_ = false;
+
+  int log_fd_ = -1;
+  std::atomic<int64_t> log_written_{0};
+  std::atomic<bool> abandoned_{false};
+  std::atomic<bool> rejected_{false};
+  std::atomic<bool> process_finished_{false};
+  std::atomic<bool> done_{false};
+};
+
+}  // namespace tide::agent

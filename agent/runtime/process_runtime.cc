@@ -1,0 +1,417 @@
+#include "agent/runtime/process_runtime.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "agent/runtime/process_tree.h"
+#include "common/log.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+namespace tide::agent {
+
+std::string ExitStatus::ToString() const {
+  if (signal != 0) {
+    const char* name = strsignal(signal);
+    return "signal " + std::to_string(signal) + " (" + (name != nullptr ? name : "?") + ")";
+  }
+  return "exit code " + std::to_string(exit_code);
+}
+
+struct ProcessRuntime::Shared {
+  std::mutex mu;
+  std::map<pid_t, std::vector<std::string>> leaders;  // live jobs: main pid -> tag
+  std::set<pid_t> adopted;                            // orphans of jobs, our children now
+  int64_t last_reap_ms = 0;
+};
+
+namespace {
+
+int64_t MonoMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void SleepMs(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+std::string Errno(int e) { return std::strerror(e); }
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// Finds the program the way a shell would, but with the job's PATH and
+// relative to the job's work dir. Returns a user-facing error.
+Result<std::string> ResolveProgram(const std::string& name, const std::string& path_var,
+                                   const std::string& work_dir) {
+  if (name.empty()) return Status::InvalidArgument("empty command", "command");
+  if (name.find('/') != std::string::npos) {
+    std::string path = name[0] == '/' ? name : work_dir + "/" + name;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return Status::NotFound(name + ": " + Errno(errno));
+    }
+    if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+      return Status::PermissionDenied(name + ": not an executable file");
+    }
+    return path;
+  }
+  size_t start = 0;
+  while (start <= path_var.size()) {
+    size_t end = path_var.find(':', start);
+    if (end == std::string::npos) end = path_var.size();
+    std::string dir = path_var.substr(start, end - start);
+    start = end + 1;
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir[0] == '/' ? dir + "/" + name : work_dir + "/" + dir + "/" + name;
+    if (IsExecutableFile(candidate)) return candidate;
+  }
+  return Status::NotFound(name + ": command not found (PATH=" + path_var + ")");
+}
+
+// What a failing child tells its parent through the status pipe.
+struct ChildError {
+  int stage;  // 0 chdir, 1 exec, 2 setup
+  int err;
+};
+
+void ReapOrphansOf(ProcessRuntime::Shared* shared);
+
+class ProcessImpl final : public Process {
+ public:
+  ProcessImpl(pid_t pid, int out_fd, std::vector<std::string> tag,
+              std::shared_ptr<ProcessRuntime::Shared> shared)
+      : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)) {}
+
+  ~ProcessImpl() override {
+    if (!reaped_) {
+      Status st = KillTree();
+      if (!st.ok()) spdlog::warn("job process {}: {}", pid_, st.ToString());
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+  }
+
+  int pid() const override { return pid_; }
+  int output_fd() const override { return out_fd_; }
+
+  std::optional<ExitStatus> Poll() override {
+    MaybeReapOrphans();
+    if (exit_ || reaped_) return exit_;
+    // WNOWAIT: observe the exit but leave the zombie, so the pid (which is
+    // also the job's process group and session id) cannot be reused until
+    // KillTree() has ended the rest of the tree.
+    siginfo_t si{};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        si.si_pid == pid_) {
+      exit_ = FromSiginfo(si);
+    }
+    return exit_;
+  }
+
+  std::optional<ExitStatus> Wait(int64_t timeout_ms) override {
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : MonoMs() + timeout_ms;
+    int64_t step = 2;
+    for (;;) {
+      if (auto e = Poll()) return e;
+      if (MonoMs() >= deadline) return std::nullopt;
+      SleepMs(step);
+      step = std::min<int64_t>(step * 2, 50);
+    }
+  }
+
+  Status Signal(int sig) override {
+    if (reaped_) return Status::Ok();
+    ::kill(-pid_, sig);
+    for (const ProcInfo& p : FindJobProcesses(ListProcesses(), pid_, tag_, ::getpid())) {
+      if (p.state != 'Z') ::kill(p.pid, sig);
+    }
+    return Status::Ok();
+  }
+
+  Status KillTree() override {
+    if (reaped_) return Status::Ok();
+    const pid_t self = ::getpid();
+    int64_t deadline = MonoMs() + 10'000;
+    int64_t step = 1;
+    // Everything we have SIGKILLed, by identity. A process that is half-way
+    // through exiting no longer shows its environ (so the tag no longer
+    // finds it) and a zombie that left the session is found by nothing, so
+    // these are followed until they are gone or reaped.
+    std::map<pid_t, uint64_t> killed;
+    std::vector<pid_t> alive;
+    for (;;) {
+      alive.clear();
+      std::map<pid_t, ProcInfo> zombies;
+      for (const ProcInfo& p : FindJobProcesses(ListProcesses(), pid_, tag_, self)) {
+        if (p.state == 'Z') {
+          zombies[p.pid] = p;
+        } else {
+          alive.push_back(p.pid);
+          killed.emplace(p.pid, p.start_time);
+        }
+      }
+      for (auto it = killed.begin(); it != killed.end();) {
+        ProcInfo info;
+        if (!ReadProcInfo(it->first, &info) || info.start_time != it->second) {
+          it = killed.erase(it);  // gone (reaped by its parent)
+          continue;
+        }
+        if (info.state == 'Z') {
+          zombies[info.pid] = info;
+        } else if (std::find(alive.begin(), alive.end(), info.pid) == alive.end()) {
+          alive.push_back(info.pid);
+        }
+        ++it;
+      }
+      // Zombies reparented to us are reaped (the main process waits until
+      // the end). Zombies whose parent is a dying job process are reparented
+      // to us when it dies: wait for that.
+      bool zombies_pending = false;
+      for (const auto& [pid, z] : zombies) {
+        if (pid == pid_) continue;
+        if (z.ppid == self) {
+          ::waitpid(pid, nullptr, WNOHANG);
+        } else if (killed.count(z.ppid) != 0 || z.ppid == pid_) {
+          zombies_pending = true;
+        }
+      }
+      if (alive.empty() && !zombies_pending) break;
+      if (!alive.empty()) ::kill(-pid_, SIGKILL);
+      for (pid_t p : alive) ::kill(p, SIGKILL);
+      if (MonoMs() >= deadline) {
+        std::string list;
+        for (pid_t p : alive) list += (list.empty() ? "" : " ") + std::to_string(p);
+        return Status::Internal("could not kill job " + std::to_string(pid_) + ": " +
+                                std::to_string(alive.size()) + " process(es) survive: " + list);
+      }
+      SleepMs(step);
+      step = std::min<int64_t>(step * 2, 20);
+    }
+    // The tree is gone; now the main process may be reaped.
+    int status = 0;
+    for (;;) {
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        if (!exit_) exit_ = FromWaitStatus(status);
+        break;
+      }
+      if (r < 0 && errno != EINTR) break;  // not ours any more (ECHILD)
+      if (MonoMs() >= deadline) {
+        return Status::Internal("job " + std::to_string(pid_) + " does not exit after SIGKILL");
+      }
+      SleepMs(5);
+    }
+    reaped_ = true;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->leaders.erase(pid_);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static ExitStatus FromSiginfo(const siginfo_t& si) {
+    ExitStatus e;
+    if (si.si_code == CLD_EXITED) {
+      e.exit_code = si.si_status;
+    } else {
+      e.signal = si.si_status;
+    }
+    return e;
+  }
+  static ExitStatus FromWaitStatus(int status) {
+    ExitStatus e;
+    if (WIFEXITED(status)) {
+      e.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      e.signal = WTERMSIG(status);
+    }
+    return e;
+  }
+  void MaybeReapOrphans() {
+    int64_t now = MonoMs();
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (now - shared_->last_reap_ms < 1000) return;
+      shared_->last_reap_ms = now;
+    }
+    ReapOrphansOf(shared_.get());
+  }
+
+  pid_t pid_;
+  int out_fd_;
+  std::vector<std::string> tag_;
+  std::shared_ptr<ProcessRuntime::Shared> shared_;
+  std::optional<ExitStatus> exit_;
+  bool reaped_ = false;
+};
+
+void ReapOrphansOf(ProcessRuntime::Shared* shared) {
+  std::lock_guard<std::mutex> lock(shared->mu);
+  if (shared->leaders.empty() && shared->adopted.empty()) return;
+  std::set<pid_t> still_adopted;
+  for (pid_t kid : ListOwnChildren()) {
+    if (shared->leaders.count(kid) != 0) continue;
+    ProcInfo info;
+    if (!ReadProcInfo(kid, &info)) continue;
+    bool ours = shared->adopted.count(kid) != 0 || shared->leaders.count(info.pgrp) != 0 ||
+                shared->leaders.count(info.session) != 0;
+    if (!ours && info.state != 'Z') {
+      for (const auto& [leader, tag] : shared->leaders) {
+        if (EnvironHasAll(kid, tag)) {
+          ours = true;
+          break;
+        }
+      }
+    }
+    if (!ours) continue;
+    if (info.state == 'Z') {
+      ::waitpid(kid, nullptr, WNOHANG);
+    } else {
+      still_adopted.insert(kid);
+    }
+  }
+  shared->adopted = std::move(still_adopted);
+}
+
+}  // namespace
+
+ProcessRuntime::ProcessRuntime() : shared_(std::make_shared<Shared>()) {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+    spdlog::warn("PR_SET_CHILD_SUBREAPER failed: {}", Errno(errno));
+  }
+}
+
+ProcessRuntime::~ProcessRuntime() = default;
+
+void ProcessRuntime::ReapOrphans() { ReapOrphansOf(shared_.get()); }
+
+Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
+  if (spec.argv.empty()) return Status::InvalidArgument("empty command", "command");
+  struct stat st {};
+  if (::stat(spec.work_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::NotFound("work directory " + spec.work_dir + " does not exist");
+  }
+
+  std::map<std::string, std::string> env = spec.env;
+  env.try_emplace("PATH", kDefaultPath);
+  env.try_emplace("HOME", spec.work_dir);
+  env.try_emplace("LANG", "C.UTF-8");
+  Result<std::string> program = ResolveProgram(spec.argv[0], env["PATH"], spec.work_dir);
+  if (!program.ok()) return program.status();
+
+  // Everything the child needs is built before fork: after fork only
+  // async-signal-safe calls are allowed (other threads may hold malloc locks).
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = spec.argv;
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const char* work_dir = spec.work_dir.c_str();
+  const char* path = program->c_str();
+
+  int out_read = -1;
+  int out_write = spec.output_fd;
+  if (out_write < 0) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Internal("pipe: " + Errno(errno));
+    out_read = fds[0];
+    out_write = fds[1];
+  }
+  int status_pipe[2];
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    int e = errno;
+    if (out_read >= 0) {
+      ::close(out_read);
+      ::close(out_write);
+    }
+    return Status::Internal("pipe: " + Errno(e));
+  }
+  int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+  const pid_t parent = ::getpid();
+  std::unique_lock<std::mutex> lock(shared_->mu);  // no reaping between fork and registration
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // --- child ---
+    ChildError ce{2, 0};
+    auto fail = [&](int stage) {
+      ce.stage = stage;
+      ce.err = errno;
+      ssize_t ignored = ::write(status_pipe[1], &ce, sizeof ce);
+      (void)ignored;
+      ::_exit(127);
+    };
+    if (::setsid() < 0) fail(2);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(2);
+    if (::getppid() != parent) ::_exit(127);  // the agent already died
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+    if (dev_null >= 0 && ::dup2(dev_null, 0) < 0) fail(2);
+    if (::dup2(out_write, 1) < 0 || ::dup2(out_write, 2) < 0) fail(2);
+    if (::chdir(work_dir) != 0) fail(0);
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::execve(path, argv.data(), envp.data());
+    fail(1);
+  }
+  int fork_errno = errno;
+  if (pid > 0) shared_->leaders[pid] = spec.tag;
+  lock.unlock();
+
+  ::close(status_pipe[1]);
+  if (dev_null >= 0) ::close(dev_null);
+  if (out_read >= 0) ::close(out_write);
+  if (pid < 0) {
+    ::close(status_pipe[0]);
+    if (out_read >= 0) ::close(out_read);
+    return Status::Internal("fork: " + Errno(fork_errno));
+  }
+
+  ChildError ce{};
+  ssize_t n;
+  do {
+    n = ::read(status_pipe[0], &ce, sizeof ce);
+  } while (n < 0 && errno == EINTR);
+  ::close(status_pipe[0]);
+  if (n > 0) {
+    ::waitpid(pid, nullptr, 0);
+    {
+      std::lock_guard<std::mutex> guard(shared_->mu);
+      shared_->leaders.erase(pid);
+    }
+    if (out_read >= 0) ::close(out_read);
+    std::string what = ce.stage == 0   ? "cannot enter work directory " + spec.work_dir
+                       : ce.stage == 1 ? "cannot execute " + spec.argv[0]
+                                       : "cannot set up the job process";
+    return Status::InvalidArgument(what + ": " + Errno(ce.err), "command");
+  }
+  if (out_read >= 0) ::fcntl(out_read, F_SETFL, ::fcntl(out_read, F_GETFL) | O_NONBLOCK);
+  return std::unique_ptr<Process>(new ProcessImpl(pid, out_read, spec.tag, shared_));
+}
+
+}  // namespace tide::agent

@@ -1,0 +1,79 @@
+// Runtime: how the agent starts a job's processes and makes sure that
+// nothing of a job survives it.
+//
+// A Runtime starts one job from a LaunchSpec and hands back a Process, the
+// handle through which the agent watches, signals and kills the job's whole
+// process tree. ProcessRuntime (runtime/process_runtime.h) is the plain
+// fork/exec implementation; sandboxed and container runtimes plug in here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tide::agent {
+
+struct LaunchSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up in the job's PATH
+  // Variables of the job. The runtime adds sane PATH, HOME (the work dir) and
+  // LANG when they are missing; nothing of the agent's environment leaks in.
+  std::map<std::string, std::string> env;
+  std::string work_dir;  // must exist
+  // Where stdout and stderr go: an fd the caller owns, or -1 for a pipe whose
+  // read end Process::output_fd() returns.
+  int output_fd = -1;
+  // "KEY=VALUE" entries of `env` that mark every process of this job (e.g.
+  // TIDE_JOB_ID=j-1, TIDE_ATTEMPT=2). Processes that left the job's session
+  // and process group are still found by them. Empty: no such fallback.
+  std::vector<std::string> tag;
+};
+
+struct ExitStatus {
+  int exit_code = 0;  // when the process exited
+  int signal = 0;     // non-zero when a signal killed it
+  // What a shell would report: the exit code, or 128 + signal.
+  int ShellCode() const { return signal != 0 ? 128 + signal : exit_code; }
+  std::string ToString() const;  // "exit code 3", "signal 9 (Killed)"
+};
+
+// A started job. Thread safety: calls on one Process must not overlap.
+class Process {
+ public:
+  virtual ~Process() = default;  // kills what is left of the tree
+
+  virtual int pid() const = 0;
+  // Read end of the output pipe (owned by the Process, non-blocking), or -1
+  // when the caller gave LaunchSpec::output_fd.
+  virtual int output_fd() const = 0;
+
+  // The main process's exit, once it has exited; never blocks. Other
+  // processes of the tree may still be running: KillTree() ends them.
+  virtual std::optional<ExitStatus> Poll() = 0;
+  // Waits up to `timeout_ms` (-1: forever) for Poll() to have a value.
+  virtual std::optional<ExitStatus> Wait(int64_t timeout_ms) = 0;
+
+  // Sends `sig` to every process of the job (its process group and any
+  // descendant or tagged process outside it).
+  virtual Status Signal(int sig) = 0;
+
+  // SIGKILLs every process of the job until none remains, reaps the ones
+  // that are the agent's children, and returns once the tree is gone.
+  // Internal error if processes survive for ~10 s (e.g. stuck in the kernel).
+  virtual Status KillTree() = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // Starts the job. Errors (command not found, bad work dir, exec failure)
+  // come back here, with a message for the user; nothing is left running.
+  virtual Result<std::unique_ptr<Process>> Start(const LaunchSpec& spec) = 0;
+};
+
+}  // namespace tide::agent

@@ -1,0 +1,320 @@
+#include "cli/common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <tuple>
+
+#include "common/clock.h"
+#include "common/duration.h"
+#include "common/paths.h"
+
+namespace tide::cli {
+
+namespace {
+
+// The commands whose words after "--" are a command line to run.
+const std::vector<std::string>& CommandsTakingTrailingArgs() {
+  static const std::vector<std::string> kCommands = {"submit"};
+  return kCommands;
+}
+
+std::vector<std::string>& MutableTrailingArgs() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+void AddUserCommands(CLI::App& app) {
+  AddSubmitCommand(app);
+  AddListCommand(app);
+  AddStatusCommand(app);
+  AddLogsCommand(app);
+  AddCancelCommand(app);
+  AddWaitCommand(app);
+  AddOutputsCommand(app);
+  AddNodesCommand(app);
+  AddAdminCommands(app);
+}
+
+std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,
+                                           const std::vector<std::string>& commands) {
+  auto first_word = std::find_if(args->begin(), args->end(),
+                                 [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  if (first_word == args->end()) return {};
+  if (std::find(commands.begin(), commands.end(), *first_word) == commands.end()) return {};
+  auto dashes = std::find(first_word, args->end(), "--");
+  if (dashes == args->end()) return {};
+  std::vector<std::string> trailing(dashes + 1, args->end());
+  args->erase(dashes, args->end());
+  return trailing;
+}
+
+const std::vector<std::string>& TrailingArgs() { return MutableTrailingArgs(); }
+
+int RunCli(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  MutableTrailingArgs() = SplitTrailingArgs(&args, CommandsTakingTrailingArgs());
+  std::reverse(args.begin(), args.end());  // CLI11 consumes from the back
+  try {
+    app.parse(args);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    (void)app.exit(e);
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+void SetAction(CLI::App* cmd, std::function<int()> run) {
+  cmd->callback([run = std::move(run)] {
+    int code = run();
+    if (code != kExitOk) throw CLI::RuntimeError(code);
+  });
+}
+
+// ---------------------------------------------------------------- connection
+
+Connection ConnectionFromEnv(bool admin) {
+  Connection c;
+  c.server = Getenv("TIDE_SERVER");
+  if (c.server.empty()) c.server = kDefaultServer;
+  if (c.server.find("://") == std::string::npos) c.server = "http://" + c.server;
+  while (c.server.size() > 8 && c.server.back() == '/') c.server.pop_back();
+  if (admin) c.token = Getenv("TIDE_ADMIN_TOKEN");
+  if (c.token.empty()) c.token = Getenv("TIDE_TOKEN");
+  if (admin && c.token.empty()) {
+    auto file = ReadFile(kDevAdminTokenFile);
+    if (file.ok()) c.token = Trim(*file);
+  }
+  return c;
+}
+
+Result<std::unique_ptr<api::Client>> NewClient(bool admin) {
+  Connection c = ConnectionFromEnv(admin);
+  auto client = api::Client::Create(c.server, c.token);
+  if (!client.ok()) return client.status().WithContext("TIDE_SERVER=" + c.server);
+  return client;
+}
+
+// ---------------------------------------------------------------- output
+
+void AddOutputFlag(CLI::App* cmd, OutputFormat* format) {
+  cmd->add_option_function<std::string>(
+         "-o,--output",
+         [format](const std::string& text) {
+           *format = text == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+         },
+         "Output format (default: table)")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->option_text("json|table");
+}
+
+void PrintJson(const json& value) {
+  std::cout << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  std::cout.flush();
+}
+
+std::string FormatError(const Status& status) {
+  std::string msg = status.message();
+  const std::string& field = status.field();
+  if (!field.empty() && msg.find(field) == std::string::npos) msg = field + " " + msg;
+  std::string out = "error: " + msg;
+  if (!field.empty()) out += " (field: " + field + ")";
+  return out;
+}
+
+int PrintError(const Status& status) {
+  std::cout.flush();
+  std::cerr << FormatError(status) << "\n";
+  switch (status.code()) {
+    case Code::kUnavailable:
+      std::cerr << "hint: is a Tide server running at " << ConnectionFromEnv(false).server
+                << "? Set TIDE_SERVER, or start one with `tide dev`.\n";
+      break;
+    case Code::kUnauthenticated:
+      std::cerr << "hint: set TIDE_TOKEN to your API token (`tide dev` prints one).\n";
+      break;
+    default: break;
+  }
+  return kExitError;
+}
+
+std::string Table::ToString() const {
+  std::vector<size_t> widths(header_.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  };
+  measure(header_);
+  for (const auto& row : rows_) measure(row);
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const std::string cell = i < row.size() ? row[i] : "";
+      line += cell;
+      if (i + 1 < widths.size()) line += std::string(widths[i] - cell.size() + 3, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  };
+  emit(header_);
+  for (const auto& row : rows_) emit(row);
+  return out;
+}
+
+// ---------------------------------------------------------------- formatting
+
+int64_t NowMs() { return SystemClock::Default()->NowMs(); }
+
+std::string FormatAge(int64_t now_ms, int64_t then_ms) {
+  if (then_ms <= 0) return "-";
+  int64_t s = std::max<int64_t>(0, (now_ms - then_ms) / 1000);
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 120 * 60) return std::to_string(s / 60) + "m";
+  if (s < 48 * 3600) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
+std::string FormatTimestamp(int64_t now_ms, int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  std::string t = FormatTime(unix_ms);
+  if (now_ms >= unix_ms) t += " (" + FormatAge(now_ms, unix_ms) + " ago)";
+  return t;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = -1;
+  while (v >= 1024 && unit < 3) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatMemoryMb(int64_t mb) {
+  if (mb <= 0) return "";
+  if (mb % 1024 == 0) return std::to_string(mb / 1024) + "GB";
+  if (mb > 10 * 1024) return std::to_string((mb + 512) / 1024) + "GB";
+  return std::to_string(mb) + "MB";
+}
+
+std::string FormatJobGpus(const json& job) {
+  const json* res =
+      job.contains("resources") && job["resources"].is_object() ? &job["resources"] : nullptr;
+  if (!res) return "-";
+  int64_t count = JsonInt(*res, "gpu_count");
+  std::string types;
+  if (res->contains("gpu_type")) {
+    const json& t = (*res)["gpu_type"];
+    if (t.is_string()) {
+      types = t.get<std::string>();
+    } else if (t.is_array()) {
+      for (const auto& v : t) {
+        if (!v.is_string()) continue;
+        if (!types.empty()) types += "|";
+        types += v.get<std::string>();
+      }
+    }
+  }
+  int64_t mem = 0;
+  if (res->contains("gpu_memory") && (*res)["gpu_memory"].is_number_integer()) {
+    mem = (*res)["gpu_memory"].get<int64_t>();
+  }
+  std::string out = std::to_string(count);
+  if (!types.empty() || mem > 0) out += "x";
+  if (!types.empty()) out += " " + types;
+  if (mem > 0) out += " " + FormatMemoryMb(mem);
+  return out;
+}
+
+std::string FormatNodeGpus(const json& node) {
+  if (!node.contains("gpus") || !node["gpus"].is_array() || node["gpus"].empty()) return "-";
+  // Keep the order in which models first appear.
+  std::vector<std::tuple<std::string, int64_t, int>> groups;
+  for (const auto& g : node["gpus"]) {
+    std::string model = JsonString(g, "model");
+    if (model.empty()) model = JsonString(g, "name");
+    int64_t mem = JsonInt(g, "memory_mb");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& grp) {
+      return std::get<0>(grp) == model && std::get<1>(grp) == mem;
+    });
+    if (it == groups.end()) {
+      groups.emplace_back(model, mem, 1);
+    } else {
+      ++std::get<2>(*it);
+    }
+  }
+  std::string out;
+  for (const auto& [model, mem, n] : groups) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(n) + "x " + model;
+    if (mem > 0) out += " " + FormatMemoryMb(mem);
+  }
+  return out;
+}
+
+Result<int64_t> ParseDurationMs(std::string_view text) {
+  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
+    std::string_view digits = text.substr(0, text.size() - 2);
+    if (digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        })) {
+      return Status::InvalidArgument("bad duration \"" + std::string(text) +
+                                     "\": expected e.g. 500ms, 30s or 2m");
+    }
+    return std::stoll(std::string(digits));
+  }
+  auto s = ParseDurationSeconds(text);
+  if (!s.ok()) return s.status();
+  if (*s > std::numeric_limits<int64_t>::max() / 1000) {
+    return Status::InvalidArgument("duration \"" + std::string(text) + "\" is too large");
+  }
+  return *s * 1000;
+}
+
+std::string JsonString(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+int64_t JsonInt(const json& j, const char* key) {
+  if (!j.is_object()) return 0;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return 0;
+  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+}
+
+}  // namespace tide::cli

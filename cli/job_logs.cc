@@ -1,0 +1,109 @@
+// `tide logs ID [-f] [--attempt N]`: prints a job's output (stdout and stderr
+// as the agent captured them).
+//
+// -f follows the current attempt as it is written and returns when the job
+// ends. A dropped stream is resumed from the last byte received; when the
+// job is requeued (attempt+1) the new attempt's log follows a marker line on
+// stderr.
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "api/types.h"
+#include "cli/common.h"
+
+namespace tide::cli {
+
+namespace {
+
+struct LogsOptions {
+  std::string id;
+  bool follow = false;
+  int attempt = 0;
+};
+
+void Write(std::string_view data) {
+  std::cout.write(data.data(), static_cast<std::streamsize>(data.size()));
+  std::cout.flush();
+}
+
+// Prints the log of `attempt` from `*offset` to its current end.
+Status PrintFrom(api::Client& client, const std::string& id, int attempt, int64_t* offset) {
+  // The server may answer in pieces; ask until it has nothing more.
+  for (int i = 0; i < 100'000; ++i) {
+    auto text = client.GetLogs(id, attempt, *offset);
+    if (!text.ok()) return text.status();
+    if (text->empty()) return Status::Ok();
+    Write(*text);
+    *offset += static_cast<int64_t>(text->size());
+  }
+  return Status::Ok();
+}
+
+bool Retryable(const Status& s) {
+  return s.code() == Code::kUnavailable || s.code() == Code::kInternal;
+}
+
+int Follow(api::Client& client, const std::string& id) {
+  auto job = client.GetJob(id);
+  if (!job.ok()) return PrintError(job.status());
+  int attempt = job->attempt;
+  int64_t offset = 0;
+  int failures = 0;
+  while (true) {
+    Status streamed = client.FollowLogs(id, offset, [&](std::string_view data) {
+      Write(data);
+      offset += static_cast<int64_t>(data.size());
+      return true;
+    });
+    if (!streamed.ok() && !Retryable(streamed)) return PrintError(streamed);
+
+    job = client.GetJob(id);
+    if (!job.ok()) {
+      if (!Retryable(job.status()) || ++failures > 30) return PrintError(job.status());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    failures = 0;
+    if (job->attempt != attempt) {
+      // The stream ended with the old attempt; what it wrote after the last
+      // byte we saw belongs to that attempt.
+      Status rest = PrintFrom(client, id, attempt, &offset);
+      if (!rest.ok()) return PrintError(rest);
+      attempt = job->attempt;
+      offset = 0;
+      std::cerr << "--- attempt " << attempt << " ---\n";
+      continue;
+    }
+    if (api::IsTerminal(job->status)) {
+      Status rest = PrintFrom(client, id, 0, &offset);
+      return rest.ok() ? kExitOk : PrintError(rest);
+    }
+    // The stream ended (or dropped) while the job goes on: resume shortly.
+    std::this_thread::sleep_for(std::chrono::milliseconds(streamed.ok() ? 200 : 1000));
+  }
+}
+
+int RunLogs(const LogsOptions& opts) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  if (opts.follow) return Follow(**client, opts.id);
+  int64_t offset = 0;
+  Status st = PrintFrom(**client, opts.id, opts.attempt, &offset);
+  return st.ok() ? kExitOk : PrintError(st);
+}
+
+}  // namespace
+
+void AddLogsCommand(CLI::App& app) {
+  auto opts = std::make_shared<LogsOptions>();
+  CLI::App* cmd = app.add_subcommand("logs", "Print a job's output (-f to follow it)");
+  cmd->add_option("id", opts->id, "Job id")->required();
+  CLI::Option* follow = cmd->add_flag("-f,--follow", opts->follow, "Follow until the job ends");
+  cmd->add_option("--attempt", opts->attempt, "Attempt to show (default: the current one)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(follow);
+  SetAction(cmd, [opts] { return RunLogs(*opts); });
+}
+
+}  // namespace tide::cli

@@ -1,0 +1,45 @@
+// `tide submit`: the pure parts (flags into a spec), exposed for tests.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tide::cli {
+
+// Flags of `tide submit`; an empty string or nullopt means "not given".
+struct SubmitFlags {
+  std::string name;
+  std::string image;
+  std::optional<int> gpus;
+  std::string gpu_type;    // "A100" or "A100,H100"
+  std::string gpu_memory;  // "24GB"
+  std::optional<double> cpus;
+  std::string memory;             // "64GB"
+  std::string max_runtime;        // "2h"
+  std::string grace;              // "30s"
+  std::vector<std::string> env;   // "K=V", or "K" to copy K from this environment
+  std::vector<std::string> tags;  // added to the spec's tags
+  std::vector<std::string> command;
+  std::string code;  // id of the uploaded code archive
+};
+
+// "K=V" -> {K, V}. "K" alone takes K's value from this process's
+// environment (as `docker run -e K` does) and fails if K is unset.
+Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view text);
+
+// Writes the flags over `spec` (a spec file's JSON, or {}): scalars replace,
+// env merges by key, tags are appended without duplicates. `set_fields`, if
+// given, receives the field paths the flags wrote ("resources.gpu_count").
+// Fails, naming the field, when the spec holds something of the wrong shape
+// where a flag must write (e.g. "resources" that is not a mapping).
+Status MergeSubmitFlags(const SubmitFlags& flags, nlohmann::json* spec,
+                        std::vector<std::string>* set_fields = nullptr);
+
+}  // namespace tide::cli

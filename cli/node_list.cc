@@ -1,0 +1,50 @@
+// `tide nodes [-o json]`: the agents that joined, their state, their GPUs
+// and how long ago each last sent a heartbeat.
+#include <iostream>
+
+#include "cli/common.h"
+
+namespace tide::cli {
+
+namespace {
+
+struct NodesOptions {
+  OutputFormat format = OutputFormat::kTable;
+};
+
+int RunNodes(const NodesOptions& opts) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/nodes");
+  if (!answer.ok()) return PrintError(answer.status());
+  json nodes = answer->contains("nodes") && (*answer)["nodes"].is_array() ? (*answer)["nodes"]
+                                                                          : json::array();
+  if (opts.format == OutputFormat::kJson) {
+    PrintJson(nodes);
+    return kExitOk;
+  }
+  if (nodes.empty()) {
+    std::cout << "No nodes. Start one with `tide agent --server URL --join-token TOKEN`.\n";
+    return kExitOk;
+  }
+  int64_t now = NowMs();
+  Table table({"NAME", "ID", "STATE", "GPUS", "LAST HEARTBEAT"});
+  for (const auto& n : nodes) {
+    int64_t beat = JsonInt(n, "last_heartbeat");
+    table.AddRow({JsonString(n, "name"), JsonString(n, "id"), JsonString(n, "state"),
+                  FormatNodeGpus(n), beat > 0 ? FormatAge(now, beat) + " ago" : "-"});
+  }
+  std::cout << table.ToString();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddNodesCommand(CLI::App& app) {
+  auto opts = std::make_shared<NodesOptions>();
+  CLI::App* cmd = app.add_subcommand("nodes", "List GPU nodes (agents) and their GPUs");
+  AddOutputFlag(cmd, &opts->format);
+  SetAction(cmd, [opts] { return RunNodes(*opts); });
+}
+
+}  // namespace tide::cli

@@ -1,0 +1,120 @@
+// The `tide` binary: every process and command of Tide behind one CLI11 app.
+//
+//   tide server   the control plane (server/server.h)
+//   tide agent    runs jobs on a GPU machine (agent/agent.h)
+//   tide dev      server + local agent in one command (cmd/dev.h)
+//   tide version
+//   tide submit | ls | status | logs | cancel | wait | outputs | nodes | admin
+//                 the user and admin commands (cli/)
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+
+#include "agent/agent.h"
+#include "cli/common.h"
+#include "cmd/dev.h"
+#include "common/duration.h"
+#include "server/server.h"
+
+namespace tide::cmd {
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+// Parses a duration flag into `*ms`; usage error otherwise.
+void AddDurationMs(CLI::App* cmd, const std::string& name, int64_t* ms, const std::string& help) {
+  cmd->add_option_function<std::string>(
+         name,
+         [ms, name](const std::string& text) {
+           auto parsed = cli::ParseDurationMs(text);
+           if (!parsed.ok()) throw CLI::ValidationError(name, parsed.status().message());
+           if (*parsed <= 0) throw CLI::ValidationError(name, "must be positive");
+           *ms = *parsed;
+         },
+         help)
+      ->default_str(*ms % 1000 == 0 ? FormatDurationSeconds(*ms / 1000)
+                                    : std::to_string(*ms) + "ms");
+}
+
+const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error"};
+
+void AddServerCommand(CLI::App& app) {
+  auto opts = std::make_shared<server::ServerOptions>();
+  CLI::App* cmd = app.add_subcommand("server", "Run the control plane (API, dashboard, metrics)");
+  cmd->add_option("--listen", opts->listen, "Address HOST:PORT (port 0 picks a free one)")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", opts->data_dir, "State: tide.db, blobs/, admin.token")
+      ->capture_default_str();
+  AddDurationMs(cmd, "--node-timeout", &opts->node_timeout_ms,
+                "A node whose heartbeats stop this long is lost, e.g. 10s");
+  cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kLogLevels));
+  cmd->add_option("--port-file", opts->port_file, "Write the actual HOST:PORT here once listening");
+  cli::SetAction(cmd, [opts] { return server::RunServer(*opts); });
+}
+
+void AddAgentCommand(CLI::App& app) {
+  auto opts = std::make_shared<agent::AgentOptions>();
+  CLI::App* cmd = app.add_subcommand("agent", "Run jobs on this machine's GPUs for a server");
+  cmd->add_option("--server", opts->server, "Server URL")
+      ->envname("TIDE_SERVER")
+      ->capture_default_str();
+  cmd->add_option("--join-token", opts->join_token,
+                  "Join token (first start only; later DATA_DIR/node.token is used)")
+      ->envname("TIDE_JOIN_TOKEN");
+  cmd->add_option("--data-dir", opts->data_dir, "State: node.token, job work directories")
+      ->capture_default_str();
+  cmd->add_option("--name", opts->name, "Node name (default: the host name)");
+  cmd->add_option("--fake-gpus", opts->fake_gpus,
+                  "Pretend GPUs instead of NVML, e.g. 4xRTX4090:24GB,2xA100:80GB");
+  AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
+                "Time between heartbeats, e.g. 2s or 500ms");
+  cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kLogLevels));
+  cli::SetAction(cmd, [opts] { return agent::RunAgent(*opts); });
+}
+
+void AddVersionCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("version", "Print the version");
+  cli::SetAction(cmd, [] {
+    std::cout << "tide " << kVersion << "\n";
+    return cli::kExitOk;
+  });
+}
+
+// Help lists commands by what they are for.
+void Group(CLI::App& app, const std::vector<std::string>& names, const std::string& group) {
+  for (const auto& name : names) {
+    app.get_subcommand(name)->group(group);
+  }
+}
+
+}  // namespace
+
+}  // namespace tide::cmd
+
+int main(int argc, char** argv) {
+  using namespace tide;
+  CLI::App app{"Tide: GPU batch scheduler. Submit jobs, follow them, get their outputs.", "tide"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tide ") + cmd::kVersion);
+  cli::AddUserCommands(app);
+  cmd::AddServerCommand(app);
+  cmd::AddAgentCommand(app);
+  cmd::AddDevCommand(app);
+  cmd::AddVersionCommand(app);
+  cmd::Group(app, {"submit", "ls", "status", "logs", "cancel", "wait", "outputs"}, "Jobs");
+  cmd::Group(app, {"nodes", "admin"}, "Cluster");
+  cmd::Group(app, {"dev", "server", "agent"}, "Processes");
+  cmd::Group(app, {"version"}, "Other");
+  // After the subcommands: they would inherit it.
+  app.footer(
+      "Start here: `tide dev`, then in another shell the export lines it prints and\n"
+      "`tide submit -- nvidia-smi`. Every command takes --help; every listing takes -o json.\n"
+      "Environment: TIDE_SERVER (default http://127.0.0.1:7460), TIDE_TOKEN.");
+  return cli::RunCli(app, argc, argv);
+}

@@ -1,0 +1,98 @@
+// Harness for end-to-end tests: real processes, real HTTP, loopback only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/client.h"
+
+namespace tide::e2e {
+
+// A child process started with fork/exec; output goes to a log file.
+class Process {
+ public:
+  Process() = default;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process();
+
+  // Starts `argv` with extra environment variables; stdout and stderr go to
+  // `log_path`.
+  void Start(const std::vector<std::string>& argv, const std::string& log_path,
+             const std::map<std::string, std::string>& env = {});
+  void Signal(int sig);
+  // Waits for exit up to `timeout`; returns the exit status (or -1).
+  int Wait(std::chrono::milliseconds timeout);
+  bool Running();
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string log_path_;
+};
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class Cluster {
+ public:
+  // node_timeout: how fast the server declares a silent agent lost.
+  explicit Cluster(std::string node_timeout = "3s");
+  ~Cluster();
+
+  void StartServer();
+  void KillServer(int sig);
+  // Starts an agent and waits until the server lists it.
+  void StartAgent(const std::string& name, const std::string& fake_gpus);
+  Process& agent(const std::string& name) { return *agents_.at(name); }
+
+  // A new user; returns its token.
+  std::string NewUser(const std::string& name);
+  std::unique_ptr<api::Client> ClientFor(const std::string& token) const;
+  api::Client& admin() { return *admin_; }
+
+  // Runs `tide ARGS` with TIDE_SERVER and TIDE_TOKEN set.
+  CliResult Cli(const std::vector<std::string>& args, const std::string& token) const;
+  // Starts `tide ARGS` in the background; its output goes to `out_path`.
+  std::unique_ptr<Process> CliBackground(const std::vector<std::string>& args,
+                                         const std::string& token, const std::string& out_path) const;
+
+  const std::string& url() const { return url_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::string url_;
+  std::string listen_;
+  std::string node_timeout_;
+  std::string join_token_;
+  std::unique_ptr<Process> server_;
+  std::map<std::string, std::unique_ptr<Process>> agents_;
+  std::unique_ptr<api::Client> admin_;
+  int server_starts_ = 0;
+};
+
+// Polls `cond` every 50 ms until it holds or `timeout` passes.
+bool Eventually(const std::function<bool()>& cond,
+                std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+std::string ReadAll(const std::string& path);
+std::string MakeTempDir(const std::string& prefix);
+// Waits for a job to reach a terminal status; returns it.
+api::Job WaitTerminal(api::Client& client, const std::string& id,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// True if the process is gone (or a zombie).
+bool ProcessGone(pid_t pid);
+
+}  // namespace tide::e2e
