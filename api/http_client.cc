@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <limits>
 
 #include "api/types.h"
 
@@ -174,7 +175,7 @@ Status HttpClient::Stream(const std::string& target,
     return Status::Unavailable("GET " + target + ": " + ec.message());
   }
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   bool stop = false;
   std::function<size_t(std::uint64_t, beast::string_view, beast::error_code&)> on_chunk =
       [&](std::uint64_t, beast::string_view data, beast::error_code&) -> size_t {

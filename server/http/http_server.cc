@@ -7,8 +7,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <limits>
 #include <thread>
 
 namespace tide::server {
@@ -71,11 +73,12 @@ std::string ErrorBody(const char* code, const std::string& message) {
 void LingeringClose(tcp::socket& socket) {
   beast::error_code ec;
   socket.shutdown(tcp::socket::shutdown_send, ec);
-  timeval tv{2, 0};
-  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  // Asio may have made the descriptor non-blocking: wait with poll().
   char buf[65536];
   size_t total = 0;
   while (total < (64u << 20)) {
+    pollfd pfd{socket.native_handle(), POLLIN, 0};
+    if (::poll(&pfd, 1, 2000) <= 0) break;
     ssize_t n = ::recv(socket.native_handle(), buf, sizeof(buf), 0);
     if (n <= 0) break;
     total += static_cast<size_t>(n);
@@ -165,8 +168,14 @@ void HttpServer::Impl::Session(tcp::socket socket) {
   while (!stopping) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(64 * 1024);
+    // The real limit depends on the route, known only after the header:
+    // lift Beast's default so the header itself is not refused.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read_header(socket, buffer, parser, ec);
-    if (ec) break;
+    if (ec) {
+      if (ec != http::error::end_of_stream) spdlog::debug("read header: {}", ec.message());
+      break;
+    }
     auto& hdr = parser.get();
     std::string target(hdr.target());
     std::string method(hdr.method_string());
@@ -197,7 +206,10 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       LingeringClose(socket);
       break;
     }
-    if (ec) break;
+    if (ec) {
+      if (ec != http::error::end_of_stream) spdlog::debug("read {}: {}", req.path, ec.message());
+      break;
+    }
     auto msg = parser.release();
     req.method = method;
     for (auto& f : msg) {
