@@ -91,13 +91,35 @@ Plan Schedule(const ScheduleInput& in) {
             [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
   // Nodes an earlier waiting job could use: later jobs may not take them.
   std::set<size_t> held;
-  int waiting_ahead = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (in.held_nodes.count(nodes[i].id)) held.insert(i);
+  }
+  int waiting_ahead = in.waiting_ahead;
 
+  // Jobs of one shape (count, types, memory) that failed to start fail the
+  // same way for the rest of this pass: GPUs are only ever taken, never
+  // freed, within one pass. Remembering that keeps a long queue of alike
+  // jobs linear.
+  std::map<std::string, std::string> unsatisfiable;  // shape -> reason
+  std::set<std::string> waiting_shapes;
   for (const PendingJob* job : queue) {
-    std::string never = Unsatisfiable(*job, nodes);
-    if (!never.empty()) {
-      plan.pending_reasons[job->id] = never;
+    std::string shape = std::to_string(job->gpu_count) + "/" + std::to_string(job->gpu_memory_mb) +
+                        "/" + Join(job->gpu_types, "|");
+    auto known = unsatisfiable.find(shape);
+    if (known == unsatisfiable.end()) {
+      known = unsatisfiable.emplace(shape, Unsatisfiable(*job, nodes)).first;
+    }
+    if (!known->second.empty()) {
+      plan.pending_reasons[job->id] = known->second;
       continue;  // cannot run anywhere: it holds nothing back
+    }
+    if (waiting_shapes.count(shape)) {
+      plan.pending_reasons[job->id] = "waiting for " + Describe(*job) +
+                                      " to be free on one node; " +
+                                      std::to_string(waiting_ahead) +
+                                      (waiting_ahead == 1 ? " job" : " jobs") + " ahead";
+      ++waiting_ahead;
+      continue;  // its nodes are held already
     }
     // Best fit: the usable node with the fewest free matching GPUs that
     // still fits, to keep whole nodes free for big jobs.
@@ -137,10 +159,13 @@ Plan Schedule(const ScheduleInput& in) {
     }
     plan.pending_reasons[job->id] = reason;
     ++waiting_ahead;
+    waiting_shapes.insert(shape);
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].schedulable && FitOn(*job, nodes[i]).usable >= job->gpu_count) held.insert(i);
     }
   }
+  for (size_t i : held) plan.held_nodes.insert(nodes[i].id);
+  plan.waiting_ahead = waiting_ahead;
   return plan;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ struct Placement {
 
 struct Plan {
   std::vector<Placement> placements;
+  // Where the pass ended: nodes held by waiting jobs and how many wait.
+  // Feeding them back as ScheduleInput::held_nodes and waiting_ahead with a
+  // queue of only newer jobs gives the same result as a pass over the whole
+  // queue (FIFO: newer jobs never change what older ones get).
+  std::set<std::string> held_nodes;
+  int waiting_ahead = 0;
   // For every job of the queue that is not placed: why not, in words a user
   // understands ("no node has GPU type H100", "waiting for 2 free RTX4090 GPUs;
   // 1 job ahead").
@@ -57,6 +64,9 @@ struct ScheduleInput {
   const std::vector<NodeView>& nodes;
   const std::vector<PendingJob>& queue;  // any order; sorted inside
   int64_t now_ms = 0;
+  // State left by a previous pass over older jobs (see Plan::held_nodes).
+  std::set<std::string> held_nodes = {};
+  int waiting_ahead = 0;
 };
 
 Plan Schedule(const ScheduleInput& in);

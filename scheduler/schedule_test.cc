@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 namespace tide::sched {
@@ -122,6 +123,40 @@ TEST(ScheduleTest, NeverOverAllocates) {
     for (int g : p.gpus) EXPECT_TRUE(used.insert(std::make_pair(p.node_id, g)).second);
   }
   EXPECT_LE(used.size(), 6u);
+}
+
+TEST(ScheduleTest, IncrementalPassEqualsFullPass) {
+  NodeView n1 = MakeNode("n1", 4, "RTX4090");
+  n1.gpus[0].free = n1.gpus[1].free = false;
+  std::vector<NodeView> nodes = {n1, MakeNode("n2", 2, "A100")};
+  std::vector<PendingJob> all;
+  for (int i = 0; i < 30; ++i) {
+    all.push_back(MakeJob("j" + std::to_string(100 + i), 1 + i % 3,
+                          i % 4 ? std::vector<std::string>{} : std::vector<std::string>{"A100"}, i));
+  }
+  Plan full = Plan1(nodes, all);
+  // First 10 jobs, apply their placements, then the other 20 from the saved state.
+  std::vector<PendingJob> head(all.begin(), all.begin() + 10), tail(all.begin() + 10, all.end());
+  Plan first = Plan1(nodes, head);
+  for (auto& p : first.placements) {
+    for (auto& n : nodes) {
+      if (n.id != p.node_id) continue;
+      for (auto& g : n.gpus) {
+        if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
+      }
+    }
+  }
+  Plan second = Schedule(ScheduleInput{nodes, tail, 0, first.held_nodes, first.waiting_ahead});
+  std::vector<Placement> combined = first.placements;
+  combined.insert(combined.end(), second.placements.begin(), second.placements.end());
+  ASSERT_EQ(combined.size(), full.placements.size());
+  for (size_t i = 0; i < combined.size(); ++i) {
+    EXPECT_EQ(combined[i].job_id, full.placements[i].job_id);
+    EXPECT_EQ(combined[i].gpus, full.placements[i].gpus);
+  }
+  auto reasons = first.pending_reasons;
+  reasons.insert(second.pending_reasons.begin(), second.pending_reasons.end());
+  EXPECT_EQ(reasons, full.pending_reasons);
 }
 
 }  // namespace

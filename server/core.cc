@@ -47,6 +47,7 @@ Status Core::Recover() {
     e.order = next_order_++;
     e.status_since_mono = now_mono;
     job_order_.push_back(row.id);
+    if (e.job.status == JobStatus::kQueued) queued_[e.order] = e.job.id;
     if (e.job.status == JobStatus::kStarting || e.job.status == JobStatus::kRunning) {
       auto it = nodes_.find(e.job.node_id);
       if (it != nodes_.end()) {
@@ -54,6 +55,7 @@ Status Core::Recover() {
       } else {
         // A lease on a node we do not know cannot be honoured.
         e.job.status = JobStatus::kQueued;
+        queued_[e.order] = e.job.id;
         e.job.node_id.clear();
         e.job.gpus.clear();
       }
@@ -143,17 +145,18 @@ void Core::Loop() {
       std::unique_lock state(state_mu_);
       for (Pending* p : work) {
         store::WriteBatch own;
+        command_is_submission_ = false;
         p->result = p->command(own);
         if (p->result.ok() && !own.empty()) {
           batch.Append(std::move(own));
-          schedule_needed_ = true;
+          if (!command_is_submission_) schedule_needed_ = true;
         }
       }
       if (clock_->MonotonicMs() >= next_tick) {
         Tick(batch);
         next_tick = clock_->MonotonicMs() + options_.tick_ms;
       }
-      if (schedule_needed_) ScheduleLocked(batch);
+      if (schedule_needed_ || !submitted_since_pass_.empty()) ScheduleLocked(batch);
       changed = !batch.empty();
     }
     if (changed) {
@@ -188,6 +191,11 @@ void Core::PersistNode(const NodeEntry& n, store::WriteBatch& batch) const {
 }
 
 void Core::SetStatus(JobEntry& e, JobStatus s) {
+  if (s == JobStatus::kQueued) {
+    queued_[e.order] = e.job.id;
+  } else {
+    queued_.erase(e.order);
+  }
   e.job.status = s;
   e.status_since_mono = clock_->MonotonicMs();
 }
@@ -249,7 +257,10 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
 }
 
 void Core::ScheduleLocked(store::WriteBatch& batch) {
+  bool full = schedule_needed_;
   schedule_needed_ = false;
+  std::vector<std::string> fresh = std::move(submitted_since_pass_);
+  submitted_since_pass_.clear();
   std::vector<sched::NodeView> views;
   for (auto& [id, n] : nodes_) {
     sched::NodeView v;
@@ -264,13 +275,27 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     views.push_back(std::move(v));
   }
   std::vector<sched::PendingJob> queue;
-  for (auto& [id, e] : jobs_) {
-    if (e.job.status != JobStatus::kQueued) continue;
+  auto add = [&](const JobEntry& e) {
     const auto& r = e.job.spec.resources;
-    queue.push_back({id, r.gpu_count, r.gpu_types, r.gpu_memory_mb, static_cast<int64_t>(e.order)});
+    queue.push_back({e.job.id, r.gpu_count, r.gpu_types, r.gpu_memory_mb,
+                     static_cast<int64_t>(e.order)});
+  };
+  if (full) {
+    queue.reserve(queued_.size());
+    for (auto& [order, id] : queued_) add(jobs_.at(id));
+    sched_held_.clear();
+    sched_waiting_ = 0;
+  } else {
+    for (auto& id : fresh) {
+      const JobEntry& e = jobs_.at(id);
+      if (e.job.status == JobStatus::kQueued) add(e);
+    }
   }
   if (queue.empty()) return;
-  sched::Plan plan = sched::Schedule({views, queue, clock_->NowMs()});
+  sched::Plan plan =
+      sched::Schedule({views, queue, clock_->NowMs(), sched_held_, sched_waiting_});
+  sched_held_ = plan.held_nodes;
+  sched_waiting_ = plan.waiting_ahead;
 
   // The plan was made from the state we hold the lock on, but re-check each
   // placement anyway: a plan is only ever applied if it is still valid.
@@ -364,6 +389,9 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
     e.order = next_order_++;
     e.status_since_mono = clock_->MonotonicMs();
     job_order_.push_back(e.job.id);
+    queued_[e.order] = e.job.id;
+    submitted_since_pass_.push_back(e.job.id);
+    command_is_submission_ = true;
     PersistJob(e, batch);
     if (!idempotency_key.empty()) {
       idempotency_[{caller.subject, idempotency_key}] = e.job.id;

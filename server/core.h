@@ -159,13 +159,20 @@ class Core {
   mutable std::shared_mutex state_mu_;  // guards everything below up to queue_mu_
   std::unordered_map<std::string, JobEntry> jobs_;
   std::vector<std::string> job_order_;  // all ids, oldest first
+  std::map<uint64_t, std::string> queued_;  // order -> id of every queued job
   uint64_t next_order_ = 0;
   std::map<std::string, NodeEntry> nodes_;
   std::map<std::string, UserInfo> users_;        // by id
   std::map<std::string, std::string> user_names_;  // name -> id
   std::unordered_map<std::string, store::TokenRow> tokens_;  // by hash
   std::map<std::pair<std::string, std::string>, std::string> idempotency_;
+  // A full pass is needed after anything but plain submissions; those are
+  // scheduled incrementally from where the last pass ended.
   bool schedule_needed_ = true;
+  bool command_is_submission_ = false;
+  std::vector<std::string> submitted_since_pass_;
+  std::set<std::string> sched_held_;
+  int sched_waiting_ = 0;
 
   // Delivery to agents (not durable: after a restart everything in flight
   // is offered again and agents deduplicate).
