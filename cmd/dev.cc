@@ -263,7 +263,7 @@ void PrintBanner(const std::string& url, const std::string& token, const DevOpti
   std::string tide = SelfCommand();
   std::cout << "\n"
             << "Tide is running.\n"
-            << "  dashboard  " << url << "/\n"
+            << "  api        " << url << "/v1  (health: " << url << "/healthz)\n"
             << "  gpus       " << gpus << "\n"
             << "  data       " << opts.data_dir << "  (server pid " << server.pid()
             << ", agent pid " << agent.pid() << ")\n"

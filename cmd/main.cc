@@ -6,6 +6,7 @@
 //   tide version
 //   tide submit | ls | status | logs | cancel | wait | outputs | nodes | admin
 //                 the user and admin commands (cli/)
+#include <csignal>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -99,6 +100,10 @@ void Group(CLI::App& app, const std::vector<std::string>& names, const std::stri
 
 int main(int argc, char** argv) {
   using namespace tide;
+  // A shell starts background commands with SIGINT ignored, and an ignored
+  // signal never reaches the sigwait() loops of server, agent and dev.
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   CLI::App app{"Tide: GPU batch scheduler. Submit jobs, follow them, get their outputs.", "tide"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tide ") + cmd::kVersion);
