@@ -162,3 +162,56 @@ TEST_F(JobsTest, FailingJobReportsExitCode) {
 
 }  // namespace
 }  // namespace tide::e2e
+
+namespace tide::e2e {
+namespace {
+
+TEST(CliTest, AdminCommandsSpecFilesAndIdempotency) {
+  Cluster cluster;
+  cluster.StartServer();
+  cluster.StartAgent("a1", "2xRTX4090:24GB");
+  std::string admin_token = ReadAll(cluster.dir() + "/server/admin.token");
+  admin_token.erase(admin_token.find_last_not_of("\n") + 1);
+
+  auto add = cluster.Cli({"admin", "user", "add", "dora"}, admin_token);
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  std::string token = add.out.substr(add.out.find("tide_u_"), 71);
+  auto join = cluster.Cli({"admin", "join-token"}, admin_token);
+  ASSERT_EQ(join.exit_code, 0) << join.err;
+  EXPECT_NE(join.out.find("tide_j_"), std::string::npos);
+  auto denied = cluster.Cli({"admin", "user", "add", "eve"}, token);
+  EXPECT_NE(denied.exit_code, 0) << "a user token is not an admin token";
+
+  std::string spec = cluster.dir() + "/job.yaml";
+  std::ofstream(spec) << "name: from-yaml\n"
+                         "command: [\"sh\", \"-c\", \"echo yaml-ran\"]\n"
+                         "resources:\n"
+                         "  gpu_type: RTX 4090\n"
+                         "  gpu_count: 1\n"
+                         "max_runtime: 10m\n";
+  auto sub = cluster.Cli({"submit", spec, "-o", "json"}, token);
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  std::string id = nlohmann::json::parse(sub.out)["id"];
+  auto wait = cluster.Cli({"wait", id}, token);
+  EXPECT_EQ(wait.exit_code, 0) << wait.err;
+  auto logs = cluster.Cli({"logs", id}, token);
+  EXPECT_NE(logs.out.find("yaml-ran"), std::string::npos);
+
+  std::string bad = cluster.dir() + "/bad.yaml";
+  std::ofstream(bad) << "name: bad\n"
+                        "command: [\"true\"]\n"
+                        "resources:\n"
+                        "  gpu_count: 0\n";
+  auto rejected = cluster.Cli({"submit", bad}, token);
+  EXPECT_NE(rejected.exit_code, 0);
+  EXPECT_NE(rejected.err.find("bad.yaml:4"), std::string::npos) << rejected.err;
+  EXPECT_NE(rejected.err.find("resources.gpu_count"), std::string::npos) << rejected.err;
+
+  auto first = cluster.Cli({"submit", "--idempotency-key", "k1", "-q", "--", "true"}, token);
+  auto again = cluster.Cli({"submit", "--idempotency-key", "k1", "-q", "--", "true"}, token);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, again.out) << "the same key creates one job";
+}
+
+}  // namespace
+}  // namespace tide::e2e
