@@ -91,10 +91,11 @@ Result<std::string> Client::GetLogs(const std::string& id, int attempt, int64_t 
   return CallRaw("GET", target, "", "");
 }
 
-Status Client::FollowLogs(const std::string& id, int64_t offset,
+Status Client::FollowLogs(const std::string& id, int attempt, int64_t offset,
                           const std::function<bool(std::string_view)>& on_data) {
   std::string target =
       "/v1/jobs/" + UrlEncode(id) + "/logs?follow=true&offset=" + std::to_string(offset);
+  if (attempt > 0) target += "&attempt=" + std::to_string(attempt);
   return http_->Stream(target, Headers(), on_data, 120'000);
 }
 

@@ -61,8 +61,9 @@ class Client {
   Result<Job> CancelJob(const std::string& id);
   // Log text of one attempt (0 = current) from byte `offset`.
   Result<std::string> GetLogs(const std::string& id, int attempt = 0, int64_t offset = 0);
-  // Follows the log until the job ends; `on_data` gets text as it arrives.
-  Status FollowLogs(const std::string& id, int64_t offset,
+  // Follows the log of `attempt` (0: the current one, and then each next
+  // one with a marker line) until it ends; `on_data` gets text as it arrives.
+  Status FollowLogs(const std::string& id, int attempt, int64_t offset,
                     const std::function<bool(std::string_view)>& on_data);
   Result<std::vector<OutputFile>> ListOutputs(const std::string& id);
   Result<std::string> GetOutput(const std::string& id, const std::string& path);

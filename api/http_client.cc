@@ -141,7 +141,9 @@ Result<HttpResponse> HttpClient::Do(const std::string& method, const std::string
     if (ec && write_ec) ec = write_ec;
     if (ec) {
       im.Close();
-      if (reused && round == 0 && !parser.got_some()) continue;
+      // Resend only if a kept-alive connection was found closed; after a
+      // timeout the server may have acted on the request.
+      if (reused && round == 0 && !parser.got_some() && ec != beast::error::timeout) continue;
       return Status::Unavailable(method + " " + target + ": " + ec.message());
     }
     auto res = parser.release();

@@ -51,7 +51,7 @@ int Follow(api::Client& client, const std::string& id) {
   int64_t offset = 0;
   int failures = 0;
   while (true) {
-    Status streamed = client.FollowLogs(id, offset, [&](std::string_view data) {
+    Status streamed = client.FollowLogs(id, attempt, offset, [&](std::string_view data) {
       Write(data);
       offset += static_cast<int64_t>(data.size());
       return true;

@@ -89,7 +89,18 @@ Status BlobStore::PutOutput(const std::string& job, const std::string& rel_path,
                             std::string_view data) {
   auto clean = CleanRelativePath(rel_path);
   if (!clean.ok()) return Status::InvalidArgument(clean.status().message(), "path");
-  return WriteFileAtomic(dir_ + "/outputs/" + job + "/" + *clean, data);
+  // A later attempt may lay files out differently ("a" was a file, now
+  // "a/b" is): the newer upload wins over what is in its way.
+  fs::path root = fs::path(dir_) / "outputs" / job;
+  fs::path target = root / *clean;
+  std::error_code ec;
+  for (fs::path p = target.parent_path(); p != root && p.has_relative_path(); p = p.parent_path()) {
+    if (fs::exists(fs::symlink_status(p, ec)) && !fs::is_directory(fs::symlink_status(p, ec))) {
+      fs::remove(p, ec);
+    }
+  }
+  if (fs::is_directory(fs::symlink_status(target, ec))) fs::remove_all(target, ec);
+  return WriteFileAtomic(target.string(), data);
 }
 
 Result<std::vector<BlobFile>> BlobStore::ListOutputs(const std::string& job) {

@@ -82,7 +82,11 @@ Result<std::string> Core::EnsureAdminToken() {
   return token;
 }
 
-void Core::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Core::Start() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Core::Stop() {
   {
@@ -100,9 +104,9 @@ Status Core::Run(Command command) {
   Pending p;
   p.command = std::move(command);
   std::unique_lock<std::mutex> lock(queue_mu_);
-  if (stopping_ || !thread_.joinable()) {
+  if (stopping_ || !started_) {
     // Before Start() (recovery, first admin token) commands run inline.
-    if (!thread_.joinable() && !stopping_) {
+    if (!started_ && !stopping_) {
       store::WriteBatch batch;
       Status st;
       {
@@ -165,6 +169,9 @@ void Core::Loop() {
         spdlog::critical("store write failed, exiting so recovery can reload: {}", st.ToString());
         std::_Exit(70);
       }
+      // Placements of this batch are durable now: agents may get them.
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      uncommitted_.clear();
     }
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
@@ -236,7 +243,8 @@ void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<i
   if (n != nodes_.end()) n->second.leases.erase(e.job.id);
   std::lock_guard<std::mutex> lock(delivery_mu_);
   delivered_.erase({e.job.id, e.job.attempt});
-  delivered_at_.erase({e.job.id, e.job.attempt});
+  cancel_delivered_.erase({e.job.id, e.job.attempt});
+  uncommitted_.erase(e.job.id);
 }
 
 void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
@@ -250,6 +258,7 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   SetStatus(e, JobStatus::kQueued);
   e.job.reason = reason;
   e.job.attempt += 1;
+  e.job.node_id.clear();
   e.job.gpus.clear();
   e.job.started_at = 0;
   e.job.exit_code.reset();
@@ -316,6 +325,10 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
       continue;
     }
     n.leases[e.job.id] = p.gpus;
+    {
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      uncommitted_.insert(e.job.id);
+    }
     SetStatus(e, JobStatus::kStarting);
     e.job.node_id = n.node.id;
     e.job.gpus = p.gpus;
@@ -423,7 +436,18 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
       out = e.job;
       return Status::Ok();
     }
-    if (e.job.status == JobStatus::kQueued) {
+    bool delivered;
+    {
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      delivered = delivered_.count({e.job.id, e.job.attempt}) > 0;
+    }
+    if (e.job.status == JobStatus::kStarting && !delivered) {
+      // No agent has it yet: end it here and free its GPUs.
+      e.job.cancel_requested = true;
+      e.job.cancel_reason = "cancelled";
+      RequeueLocked(e, "cancelled");
+      schedule_needed_ = true;
+    } else if (e.job.status == JobStatus::kQueued) {
       SetStatus(e, JobStatus::kCancelled);
       e.job.reason = "cancelled";
       e.job.pending_reason.clear();
@@ -595,8 +619,8 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
       if (reported.count(job_id)) continue;
       JobEntry& e = jobs_.at(job_id);
       if (now_mono - e.status_since_mono < options_.report_grace_ms) continue;
-      if (e.job.status == JobStatus::kRunning) {
-        lost.push_back(job_id);
+      if (e.job.status == JobStatus::kRunning || e.job.cancel_requested) {
+        lost.push_back(job_id);  // a cancelled one ends as cancelled
       } else {
         // Starting but never taken up: offer it again.
         std::lock_guard<std::mutex> lock(delivery_mu_);
@@ -636,9 +660,9 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
           }
           continue;
         }
-        if (e.job.status == JobStatus::kStarting && !delivered_.count(key)) {
+        if (e.job.status == JobStatus::kStarting && !delivered_.count(key) &&
+            !uncommitted_.count(job_id)) {
           delivered_.insert(key);
-          delivered_at_[key] = clock_->MonotonicMs();
           work.assignments.push_back({e.job});
         }
       }
@@ -650,11 +674,24 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
 }
 
 Status Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
-                           int attempt) const {
+                           int attempt, bool current_only) const {
   std::shared_lock lock(state_mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
   const Job& job = it->second.job;
+  if (current_only) {
+    auto n = nodes_.find(node_id);
+    bool leased = n != nodes_.end() && n->second.leases.count(job_id) && job.node_id == node_id &&
+                  job.attempt == attempt;
+    if (!leased) {
+      bool ever = false;
+      for (auto& a : job.attempts) ever = ever || a.node_id == node_id;
+      if (!ever) return Status::NotFound("job " + job_id + " is not assigned to this node");
+      return Status::Conflict("job " + job_id + " attempt " + std::to_string(attempt) +
+                              " is not leased to this node");
+    }
+    return Status::Ok();
+  }
   if (attempt > 0) {
     for (auto& a : job.attempts) {
       if (a.attempt == attempt && a.node_id == node_id) return Status::Ok();

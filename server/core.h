@@ -104,8 +104,11 @@ class Core {
   // Work not yet handed to this node; waits up to `wait_ms` for some.
   Result<api::AgentWork> PollWork(const std::string& node_id, int64_t wait_ms);
   Status JobEvent(const std::string& node_id, const std::string& job_id, const api::JobEvent& ev);
-  // Ok if `job_id` is (or was, for `attempt`) leased to `node_id`.
-  Status CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt) const;
+  // Ok if `job_id` is (or was, for `attempt`) leased to `node_id`. With
+  // `current_only`, only the attempt leased to it now counts (kConflict
+  // otherwise): what a stale attempt uploads must not replace results.
+  Status CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt,
+                       bool current_only = false) const;
 
   // --- change notification (log appends, state changes) ---
   uint64_t epoch() const;
@@ -179,13 +182,15 @@ class Core {
   mutable std::mutex delivery_mu_;
   std::set<std::pair<std::string, int>> delivered_;         // (job, attempt) assignments
   std::set<std::pair<std::string, int>> cancel_delivered_;  // (job, attempt) cancels
-  std::map<std::pair<std::string, int>, int64_t> delivered_at_;
+  // Placed in the batch being written: not offered before it is durable.
+  std::set<std::string> uncommitted_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::condition_variable done_cv_;
   std::deque<Pending*> queue_;
   bool stopping_ = false;
+  bool started_ = false;
   std::thread thread_;
 
   mutable std::mutex notify_mu_;

@@ -149,6 +149,7 @@ TEST_F(CoreTest, CancelQueuedIsImmediateRunningIsOrdered) {
   auto running = core_->SubmitJob(alice, Spec(), "");
   auto queued = core_->SubmitJob(alice, Spec(), "");
   EXPECT_EQ(core_->CancelJob(alice, queued->first.id)->status, JobStatus::kCancelled);
+  ASSERT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);  // the agent has it
   auto c = core_->CancelJob(alice, running->first.id);
   EXPECT_TRUE(c->cancel_requested);
   auto work = core_->PollWork(node, 0);
@@ -156,6 +157,19 @@ TEST_F(CoreTest, CancelQueuedIsImmediateRunningIsOrdered) {
   EXPECT_EQ(work->cancels[0].reason, "cancelled");
   ASSERT_TRUE(core_->JobEvent(node, running->first.id, {1, "exited", 143, "cancelled", ""}).ok());
   EXPECT_EQ(core_->GetJob(alice, running->first.id)->status, JobStatus::kCancelled);
+}
+
+TEST_F(CoreTest, CancelBeforeTheAgentHasItEndsAtOnce) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 1);
+  auto placed = core_->SubmitJob(alice, Spec(), "");
+  auto waiting = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_EQ(placed->first.status, JobStatus::kStarting);
+  auto c = core_->CancelJob(alice, placed->first.id);
+  EXPECT_EQ(c->status, JobStatus::kCancelled);
+  EXPECT_TRUE(core_->PollWork(node, 0)->cancels.empty());
+  // Its GPU went to the next job.
+  EXPECT_EQ(core_->GetJob(alice, waiting->first.id)->status, JobStatus::kStarting);
 }
 
 TEST_F(CoreTest, LostNodeRequeuesWithNextAttempt) {

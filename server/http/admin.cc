@@ -40,7 +40,8 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
 Response Api::Nodes(const Request& req, const Caller& caller, const Segments& seg) {
   if (req.method != "GET") return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
   auto nodes = core_->ListNodes();
-  auto to_json = [](const NodeStatus& n) {
+  bool admin = caller.scope == Scope::kAdmin;
+  auto to_json = [admin](const NodeStatus& n) {
     json j = api::ToJson(n.node);
     json leases = json::object();
     int used = 0;
@@ -48,7 +49,7 @@ Response Api::Nodes(const Request& req, const Caller& caller, const Segments& se
       leases[job] = gpus;
       used += static_cast<int>(gpus.size());
     }
-    j["leases"] = leases;
+    if (admin) j["leases"] = leases;  // job ids of every user: operators only
     j["free_gpus"] = static_cast<int>(n.node.gpus.size()) - used;
     j["running_jobs"] = n.leases.size();
     return j;

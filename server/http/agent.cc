@@ -67,7 +67,8 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
     }
     if (what == "outputs" && req.method == "PUT") {
       if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
-      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt),
+                                       /*current_only=*/true);
       if (st.ok()) st = blobs_->PutOutput(job_id, req.Query("path"), req.body);
       if (!st.ok()) return ErrorResponse(st);
       return JsonResponse(200, {{"ok", true}});

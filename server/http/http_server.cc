@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <limits>
 #include <thread>
 
@@ -144,9 +145,14 @@ void HttpServer::Serve() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    std::thread([impl = impl_.get(), s = std::move(socket)]() mutable {
-      impl->Session(std::move(s));
-    }).detach();
+    try {
+      std::thread([impl = impl_.get(), s = std::move(socket)]() mutable {
+        impl->Session(std::move(s));
+      }).detach();
+    } catch (const std::system_error& e) {
+      // Out of threads: refuse this connection, keep serving the others.
+      spdlog::error("cannot start a connection thread: {}", e.what());
+    }
   }
 }
 
@@ -239,12 +245,24 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       http::write_header(socket, sr, ec);
       if (ec) break;
       bool alive = true;
-      out.stream([&](std::string_view data) {
-        if (!alive || data.empty()) return alive;
-        net::write(socket, http::make_chunk(net::const_buffer(data.data(), data.size())), ec);
-        if (ec) alive = false;
-        return alive;
-      });
+      try {
+        out.stream([&](std::string_view data) {
+          if (!alive) return false;
+          if (data.empty()) {
+            // A probe: has the client gone? (it never sends during a stream)
+            char c;
+            ssize_t n = ::recv(socket.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) alive = false;
+            return alive;
+          }
+          net::write(socket, http::make_chunk(net::const_buffer(data.data(), data.size())), ec);
+          if (ec) alive = false;
+          return alive;
+        });
+      } catch (const std::exception& e) {
+        spdlog::error("stream for {} failed: {}", req.path, e.what());
+        alive = false;
+      }
       if (alive) net::write(socket, http::make_chunk_last(), ec);
       break;  // a stream ends its connection
     }

@@ -34,7 +34,8 @@ struct Request {
   }
 };
 
-// Writes pieces of a chunked response; false once the client has gone.
+// Writes pieces of a chunked response; false once the client has gone. An
+// empty piece writes nothing and only checks whether the client is there.
 using ChunkWriter = std::function<bool(std::string_view)>;
 
 struct Response {

@@ -130,6 +130,7 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
         return;
       }
       core_->WaitChange(seen, clock_->MonotonicMs() + 1000);
+      if (!write("")) return;  // the client went away while nothing flowed
     }
   };
   return r;
