@@ -86,6 +86,9 @@ void LingeringClose(tcp::socket& socket) {
   }
 }
 
+constexpr int kIdleTimeoutS = 120;
+constexpr int kMaxConnections = 2000;
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -170,6 +173,23 @@ void HttpServer::Impl::Session(tcp::socket socket) {
   ++connections;
   beast::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
+  // An idle or trickling client does not hold its thread forever: a read
+  // that waits this long ends the connection (sessions use blocking reads).
+  timeval idle{kIdleTimeoutS, 0};
+  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
+  if (connections > kMaxConnections) {
+    spdlog::warn("{} connections open: refusing one", connections.load());
+    http::response<http::string_body> res{http::status::service_unavailable, 11};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::retry_after, "1");
+    res.body() = ErrorBody("unavailable", "too many connections");
+    res.keep_alive(false);
+    res.prepare_payload();
+    http::write(socket, res, ec);
+    socket.close(ec);
+    --connections;
+    return;
+  }
   beast::flat_buffer buffer;
   while (!stopping) {
     http::request_parser<http::string_body> parser;
