@@ -15,6 +15,7 @@
 #include "agent/agent.h"
 #include "cli/common.h"
 #include "cmd/dev.h"
+#include "cmd/sim.h"
 #include "common/duration.h"
 #include "server/server.h"
 
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
   cmd::AddServerCommand(app);
   cmd::AddAgentCommand(app);
   cmd::AddDevCommand(app);
+  cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
   cmd::Group(app, {"submit", "ls", "status", "logs", "cancel", "wait", "outputs"}, "Jobs");
   cmd::Group(app, {"nodes", "admin"}, "Cluster");

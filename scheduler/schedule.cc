@@ -1,172 +1,591 @@
 #include "scheduler/schedule.h"
 
 #include <algorithm>
+#include <climits>
+#include <map>
+#include <memory>
 #include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "scheduler/feasibility.h"
+#include "scheduler/rank.h"
 
 namespace tide::sched {
 
-namespace {
+const std::vector<RunningJob> ScheduleInput::kNoRunning;
+const std::map<std::string, AccountShare> ScheduleInput::kNoAccounts;
+const SchedulerConfig ScheduleInput::kDefaultConfig;
 
-bool GpuMatches(const PendingJob& job, const GpuSlot& gpu) {
-  if (job.gpu_memory_mb > 0 && gpu.memory_mb < job.gpu_memory_mb) return false;
-  if (job.gpu_types.empty()) return true;
-  return std::find(job.gpu_types.begin(), job.gpu_types.end(), gpu.model) != job.gpu_types.end();
-}
+const char* TierName(Tier t) { return t == Tier::kSpot ? "spot" : "on-demand"; }
 
-// GPUs of `node` the job could ever use, and how many of them are free now.
-struct Fit {
-  int usable = 0;
-  int free = 0;
-};
-
-Fit FitOn(const PendingJob& job, const NodeView& node) {
-  Fit fit;
-  for (const auto& g : node.gpus) {
-    if (!GpuMatches(job, g)) continue;
-    ++fit.usable;
-    if (g.free) ++fit.free;
+const char* PolicyName(Policy p) {
+  switch (p) {
+    case Policy::kFifo: return "fifo";
+    case Policy::kFair: return "fair";
+    case Policy::kTide: return "tide";
+    case Policy::kSjfOracle: return "sjf-oracle";
   }
-  return fit;
+  return "?";
 }
 
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-// "2 RTX4090 GPUs", "1 GPU with at least 24GB", ...
-std::string Describe(const PendingJob& job) {
-  std::string what = std::to_string(job.gpu_count) + " ";
-  if (!job.gpu_types.empty()) what += Join(job.gpu_types, "|") + " ";
-  what += job.gpu_count == 1 ? "GPU" : "GPUs";
-  if (job.gpu_memory_mb > 0) {
-    what += " with at least " + std::to_string(job.gpu_memory_mb / 1024) + "GB";
-  }
-  return what;
-}
-
-// Why the job can never run on the current nodes, or "" if some node could
-// run it once enough GPUs are free.
-std::string Unsatisfiable(const PendingJob& job, const std::vector<NodeView>& nodes) {
-  bool any_node = false, type_seen = false, memory_ok = false;
-  for (const auto& n : nodes) {
-    if (!n.schedulable) continue;
-    any_node = true;
-    Fit fit = FitOn(job, n);
-    if (fit.usable >= job.gpu_count) return "";
-    for (const auto& g : n.gpus) {
-      bool type_ok = job.gpu_types.empty() || std::find(job.gpu_types.begin(), job.gpu_types.end(),
-                                                        g.model) != job.gpu_types.end();
-      type_seen = type_seen || type_ok;
-      memory_ok = memory_ok || (type_ok && g.memory_mb >= job.gpu_memory_mb);
+bool ParsePolicy(const std::string& name, Policy* out) {
+  for (Policy p : {Policy::kFifo, Policy::kFair, Policy::kTide, Policy::kSjfOracle}) {
+    if (name == PolicyName(p)) {
+      *out = p;
+      return true;
     }
   }
-  if (!any_node) return "no node is registered";
-  if (!job.gpu_types.empty() && !type_seen) {
-    return "no node has gpu_type=" + Join(job.gpu_types, "|");
+  return false;
+}
+
+const char* WaitKindName(WaitKind k) {
+  switch (k) {
+    case WaitKind::kUnsatisfiable: return "unsatisfiable";
+    case WaitKind::kResources: return "resources";
+    case WaitKind::kBehind: return "behind";
+    case WaitKind::kPreempting: return "preempting";
+    case WaitKind::kPrice: return "price";
   }
-  if (job.gpu_memory_mb > 0 && !memory_ok) {
-    return "no node has a " + (job.gpu_types.empty() ? std::string("GPU") : Join(job.gpu_types, "|")) +
-           " with " + std::to_string(job.gpu_memory_mb / 1024) + "GB of memory";
+  return "?";
+}
+
+namespace {
+
+constexpr int64_t kNever = INT64_MAX;
+
+uint64_t Fnv(uint64_t seed, const std::string& s) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Something that holds GPUs on a node: a running job or one placed in this
+// pass.
+struct Occupant {
+  int64_t end = kNever;  // kNever: unknown
+  std::vector<int> gpus;  // indices on the node
+  int running = -1;       // index into in.running, -1 if placed in this pass
+};
+
+// Working state of one pass.
+class Pass {
+ public:
+  explicit Pass(const ScheduleInput& in) : in_(in), cfg_(in.config) {}
+  Plan Run();
+
+ private:
+  // Nodes usable by one feasibility shape (GPU types and memory, labels,
+  // price cap, host size), bucketed by how many matching GPUs are free.
+  // Buckets hold preference ranks, so the first of a bucket is the cheapest,
+  // most reliable node of that fill level.
+  struct ShapeIndex {
+    PendingJob proto;
+    std::vector<int16_t> usable;  // per node: matching GPUs in all, 0 = unusable
+    std::vector<int16_t> free;    // per node: matching GPUs free now
+    std::vector<std::set<uint32_t>> buckets;  // free count -> pref ranks
+    std::vector<std::set<uint32_t>> held;     // the same for held nodes
+  };
+
+  ShapeIndex& Shape(const PendingJob& job, uint32_t* id);
+  uint32_t Text(std::string text);
+  int CountFree(const PendingJob& proto, size_t node) const;
+  void Refresh(size_t node);
+  void Hold(size_t node, uint32_t holder);
+  bool HostRoom(const PendingJob& job, size_t node) const;
+  bool MayBackfill(const PendingJob& job, size_t node) const;
+  // Best-fit nodes for `job` now; empty if none. *capacity is false when
+  // too few nodes have the GPUs free at all (reservations aside).
+  std::vector<size_t> Select(const PendingJob& job, ShapeIndex& s, bool* capacity);
+  void Place(uint32_t qi, const std::vector<size_t>& nodes, ShapeIndex& s);
+  // Tries to make room by stopping lower-ranked work; true if it did (or
+  // stopping work already will).
+  bool Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info);
+  bool Reserve(uint32_t qi, ShapeIndex& s, PendingInfo* info);
+  int64_t FreeAt(const PendingJob& job, size_t node) const;
+  bool VictimFor(const PendingJob& job, int job_level, const RunningJob& r) const;
+
+  const ScheduleInput& in_;
+  const SchedulerConfig& cfg_;
+  Plan plan_;
+  std::vector<uint32_t> pref_;       // node index -> preference rank
+  std::vector<size_t> by_pref_;      // preference rank -> node index
+  std::vector<std::vector<GpuSlot>> gpus_;  // working copy: free flags change
+  std::vector<std::vector<int>> gpu_pos_;   // GPU index -> position on node
+  std::vector<double> cpus_free_;
+  std::vector<int64_t> mem_free_;
+  std::vector<std::vector<Occupant>> occupants_;
+  std::vector<int64_t> reserved_from_;  // kNever = no reservation
+  std::vector<int> held_by_;            // queue index of the holder, -1 none
+  std::vector<bool> stopping_;          // per running job
+  std::vector<int> running_level_;
+  std::vector<std::unique_ptr<ShapeIndex>> shapes_;
+  std::unordered_multimap<uint64_t, uint32_t> shape_ids_;
+  std::unordered_map<std::string, size_t> node_index_;
+  int max_gpus_ = 0;
+};
+
+// Jobs of one feasibility shape see the same usable nodes.
+uint64_t ShapeHash(const PendingJob& j) {
+  uint64_t h = Fnv(static_cast<uint64_t>(j.gpu_memory_mb) * 31 + static_cast<uint64_t>(j.max_price),
+                   "");
+  h = (h ^ static_cast<uint64_t>(j.cpus * 1000)) * 1099511628211ull;
+  h = (h ^ static_cast<uint64_t>(j.memory_mb)) * 1099511628211ull;
+  for (const auto& t : j.gpu_types) h = Fnv(h, t);
+  for (const auto& [a, b] : j.constraints) h = Fnv(Fnv(h, a), b);
+  return h;
+}
+
+bool SameShape(const PendingJob& a, const PendingJob& b) {
+  return a.gpu_memory_mb == b.gpu_memory_mb && a.max_price == b.max_price && a.cpus == b.cpus &&
+         a.memory_mb == b.memory_mb && a.gpu_types == b.gpu_types && a.constraints == b.constraints;
+}
+
+
+Pass::ShapeIndex& Pass::Shape(const PendingJob& job, uint32_t* id) {
+  uint64_t h = ShapeHash(job);
+  auto range = shape_ids_.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (SameShape(shapes_[it->second]->proto, job)) {
+      *id = it->second;
+      return *shapes_[it->second];
+    }
   }
-  return "no node has " + Describe(job);
+  *id = static_cast<uint32_t>(shapes_.size());
+  shape_ids_.emplace(h, *id);
+  shapes_.push_back(std::make_unique<ShapeIndex>());
+  ShapeIndex& s = *shapes_.back();
+  s.proto = job;
+  s.proto.gpu_count = 1;
+  s.proto.nodes = 1;
+  const size_t n = in_.nodes.size();
+  s.usable.assign(n, 0);
+  s.free.assign(n, 0);
+  s.buckets.resize(static_cast<size_t>(max_gpus_) + 1);
+  s.held.resize(static_cast<size_t>(max_gpus_) + 1);
+  for (size_t i = 0; i < n; ++i) {
+    s.usable[i] = static_cast<int16_t>(UsableGpus(s.proto, in_.nodes[i]));
+    if (s.usable[i] == 0) continue;
+    s.free[i] = static_cast<int16_t>(CountFree(s.proto, i));
+    (held_by_[i] >= 0 ? s.held : s.buckets)[static_cast<size_t>(s.free[i])].insert(pref_[i]);
+  }
+  return s;
+}
+
+int Pass::CountFree(const PendingJob& proto, size_t node) const {
+  int f = 0;
+  for (const auto& g : gpus_[node]) f += (g.free && GpuMatches(proto, g)) ? 1 : 0;
+  return f;
+}
+
+// A node's free GPUs or hold changed: move it in every shape index.
+void Pass::Refresh(size_t node) {
+  for (auto& sp : shapes_) {
+    ShapeIndex& s = *sp;
+    if (s.usable[node] == 0) continue;
+    auto old = static_cast<size_t>(s.free[node]);
+    s.buckets[old].erase(pref_[node]);
+    s.held[old].erase(pref_[node]);
+    s.free[node] = static_cast<int16_t>(CountFree(s.proto, node));
+    auto now = static_cast<size_t>(s.free[node]);
+    (held_by_[node] >= 0 ? s.held : s.buckets)[now].insert(pref_[node]);
+  }
+}
+
+void Pass::Hold(size_t node, uint32_t holder) {
+  if (held_by_[node] >= 0) return;
+  held_by_[node] = static_cast<int>(holder);
+  Refresh(node);
+}
+
+bool Pass::HostRoom(const PendingJob& job, size_t node) const {
+  const NodeView& v = in_.nodes[node];
+  if (job.cpus > 0 && v.cpus > 0 && cpus_free_[node] + 1e-9 < job.cpus) return false;
+  if (job.memory_mb > 0 && v.memory_mb > 0 && mem_free_[node] < job.memory_mb) return false;
+  return true;
+}
+
+bool Pass::MayBackfill(const PendingJob& job, size_t node) const {
+  if (reserved_from_[node] == kNever) return true;
+  return job.max_runtime_ms > 0 && in_.now_ms + job.max_runtime_ms <= reserved_from_[node];
+}
+
+std::vector<size_t> Pass::Select(const PendingJob& job, ShapeIndex& s, bool* capacity) {
+  std::vector<size_t> chosen;
+  int roomy = 0;  // nodes with the GPUs and host room, reservations aside
+  for (size_t f = static_cast<size_t>(job.gpu_count); f < s.buckets.size(); ++f) {
+    for (uint32_t rank : s.buckets[f]) {
+      size_t node = by_pref_[rank];
+      if (!HostRoom(job, node)) continue;
+      ++roomy;
+      if (!MayBackfill(job, node)) continue;
+      chosen.push_back(node);
+      if (static_cast<int>(chosen.size()) == job.nodes) {
+        *capacity = true;
+        return chosen;
+      }
+    }
+  }
+  *capacity = roomy >= job.nodes;
+  return {};
+}
+
+void Pass::Place(uint32_t qi, const std::vector<size_t>& nodes, ShapeIndex& s) {
+  const PendingJob& job = in_.queue[qi];
+  Placement p{job.id, {}};
+  int64_t end = job.max_runtime_ms > 0 ? in_.now_ms + job.max_runtime_ms : kNever;
+  for (size_t node : nodes) {
+    NodeAlloc a{in_.nodes[node].id, {}};
+    for (auto& g : gpus_[node]) {
+      if (static_cast<int>(a.gpus.size()) == job.gpu_count) break;
+      if (g.free && GpuMatches(job, g)) {
+        g.free = false;
+        a.gpus.push_back(g.index);
+      }
+    }
+    std::sort(a.gpus.begin(), a.gpus.end());
+    cpus_free_[node] -= job.cpus;
+    mem_free_[node] -= job.memory_mb;
+    occupants_[node].push_back({end, a.gpus, -1});
+    p.allocs.push_back(std::move(a));
+    Refresh(node);
+  }
+  plan_.placements.push_back(std::move(p));
+}
+
+// When `node` is expected to have the job's GPUs free: the running work on
+// it ends in order of expected end. kNever if that depends on an unknown end.
+int64_t Pass::FreeAt(const PendingJob& job, size_t node) const {
+  int free = 0;
+  for (const auto& g : gpus_[node]) free += (g.free && GpuMatches(job, g)) ? 1 : 0;
+  if (free >= job.gpu_count) return in_.now_ms;
+  std::vector<std::pair<int64_t, int>> ends;
+  for (const auto& o : occupants_[node]) {
+    int matching = 0;
+    for (int idx : o.gpus) {
+      int pos = idx < static_cast<int>(gpu_pos_[node].size()) ? gpu_pos_[node][idx] : -1;
+      if (pos >= 0 && GpuMatches(job, gpus_[node][static_cast<size_t>(pos)])) ++matching;
+    }
+    if (matching > 0) ends.push_back({o.end, matching});
+  }
+  std::sort(ends.begin(), ends.end());
+  for (auto& [end, n] : ends) {
+    if (end == kNever) return kNever;
+    free += n;
+    if (free >= job.gpu_count) return std::max(end, in_.now_ms);
+  }
+  return kNever;
+}
+
+bool Pass::VictimFor(const PendingJob& job, int job_level, const RunningJob& r) const {
+  if (r.tier == Tier::kSpot && job.tier == Tier::kOnDemand) return true;
+  if (cfg_.policy != Policy::kTide || !r.preemptible) return false;
+  if (in_.now_ms - job.queued_since < cfg_.las_preempt_after_ms) return false;
+  if (static_cast<int>(r.tier) < static_cast<int>(job.tier)) return false;
+  return ServiceLevel(r.attained_gpu_s, cfg_) > job_level;
+}
+
+bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
+  const PendingJob& job = in_.queue[qi];
+  int level = cfg_.policy == Policy::kTide ? PendingLevel(job, cfg_, in_.now_ms) : 0;
+  // Per usable node: GPUs free now plus those of work already stopping, and
+  // the victims that would have to stop on top, best victims first.
+  struct Option {
+    size_t node;
+    int victims;
+    std::vector<int> chosen;  // running indices
+  };
+  std::vector<Option> soon;     // enough once stopping work is gone
+  std::vector<Option> options;  // enough with new victims
+  for (size_t node = 0; node < in_.nodes.size(); ++node) {
+    if (s.usable[node] < job.gpu_count || held_by_[node] >= 0) continue;
+    // Where the GPUs are free already, or the node is reserved for a job
+    // ranked ahead, stopping work cannot help this job.
+    if (s.free[node] >= job.gpu_count || reserved_from_[node] != kNever) continue;
+    int have = s.free[node];
+    std::vector<std::pair<int, int>> cands;  // (running index, matching GPUs)
+    for (const auto& o : occupants_[node]) {
+      if (o.running < 0) continue;
+      int matching = 0;
+      for (int idx : o.gpus) {
+        int pos = idx < static_cast<int>(gpu_pos_[node].size()) ? gpu_pos_[node][idx] : -1;
+        if (pos >= 0 && GpuMatches(job, gpus_[node][static_cast<size_t>(pos)])) ++matching;
+      }
+      if (matching == 0) continue;
+      if (stopping_[static_cast<size_t>(o.running)]) {
+        have += matching;
+      } else if (VictimFor(job, level, in_.running[static_cast<size_t>(o.running)])) {
+        cands.push_back({o.running, matching});
+      }
+    }
+    if (have >= job.gpu_count) {
+      soon.push_back({node, 0, {}});
+      continue;
+    }
+    std::sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) {
+      const RunningJob& x = in_.running[static_cast<size_t>(a.first)];
+      const RunningJob& y = in_.running[static_cast<size_t>(b.first)];
+      if (x.tier != y.tier) return x.tier > y.tier;  // spot first
+      if (x.priority != y.priority) return x.priority < y.priority;
+      int lx = running_level_[static_cast<size_t>(a.first)];
+      int ly = running_level_[static_cast<size_t>(b.first)];
+      if (lx != ly) return lx > ly;
+      if (x.last_checkpoint != y.last_checkpoint) return x.last_checkpoint > y.last_checkpoint;
+      if (x.started_at != y.started_at) return x.started_at > y.started_at;
+      return x.id < y.id;
+    });
+    // Fewest victims first: k, the least number whose largest members
+    // cover the need; then the best k in preference order that still can.
+    std::vector<int> sizes;
+    for (auto& c : cands) sizes.push_back(c.second);
+    std::sort(sizes.rbegin(), sizes.rend());
+    int need = job.gpu_count - have, k = 0, covered = 0;
+    while (covered < need && k < static_cast<int>(sizes.size())) covered += sizes[static_cast<size_t>(k++)];
+    if (covered < need) continue;
+    Option opt{node, 0, {}};
+    for (size_t i = 0; i < cands.size() && need > 0; ++i) {
+      // Could the other picks still cover the rest if this one is taken?
+      int rest = need - cands[i].second, slots = k - opt.victims - 1, best = 0;
+      std::vector<int> others;
+      for (size_t o = i + 1; o < cands.size(); ++o) others.push_back(cands[o].second);
+      std::sort(others.rbegin(), others.rend());
+      for (int s2 = 0; s2 < slots && s2 < static_cast<int>(others.size()); ++s2) best += others[static_cast<size_t>(s2)];
+      if (rest > 0 && best < rest) continue;
+      need -= cands[i].second;
+      opt.chosen.push_back(cands[i].first);
+      ++opt.victims;
+    }
+    if (need <= 0) options.push_back(std::move(opt));
+  }
+  auto better = [&](const Option& a, const Option& b) {
+    if (a.victims != b.victims) return a.victims < b.victims;
+    return pref_[a.node] < pref_[b.node];
+  };
+  if (static_cast<int>(soon.size()) >= job.nodes) {
+    std::sort(soon.begin(), soon.end(), better);
+    for (int i = 0; i < job.nodes; ++i) Hold(soon[static_cast<size_t>(i)].node, qi);
+    info->kind = WaitKind::kPreempting;
+    info->text = Text("waiting for preempted work to stop on " +
+                      std::string(job.nodes == 1 ? "its node" : "its nodes"));
+    return true;
+  }
+  if (static_cast<int>(soon.size() + options.size()) < job.nodes) return false;
+  std::sort(options.begin(), options.end(), better);
+  std::sort(soon.begin(), soon.end(), better);
+  std::set<int> victims;
+  size_t taken_soon = soon.size();
+  for (auto& o : soon) Hold(o.node, qi);
+  for (size_t i = 0; i + taken_soon < static_cast<size_t>(job.nodes); ++i) {
+    victims.insert(options[i].chosen.begin(), options[i].chosen.end());
+    Hold(options[i].node, qi);
+  }
+  for (int ri : victims) {
+    stopping_[static_cast<size_t>(ri)] = true;
+    plan_.preemptions.push_back({in_.running[static_cast<size_t>(ri)].id, job.id});
+  }
+  info->kind = WaitKind::kPreempting;
+  info->text = Text("preempting " + std::to_string(victims.size()) + " lower-ranked " +
+                    (victims.size() == 1 ? "job" : "jobs") + " to start");
+  return true;
+}
+
+bool Pass::Reserve(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
+  const PendingJob& job = in_.queue[qi];
+  // (free at, GPUs still missing, pref rank): earliest first; where ends
+  // are unknown, the node closest to fitting.
+  std::vector<std::tuple<int64_t, int, uint32_t>> starts;
+  for (size_t node = 0; node < in_.nodes.size(); ++node) {
+    if (s.usable[node] < job.gpu_count || held_by_[node] >= 0) continue;
+    if (reserved_from_[node] != kNever) continue;  // one reservation a node
+    starts.emplace_back(FreeAt(job, node), job.gpu_count - s.free[node], pref_[node]);
+  }
+  if (static_cast<int>(starts.size()) < job.nodes) return false;
+  std::sort(starts.begin(), starts.end());
+  Reservation r{job.id, 0, {}};
+  int64_t at = std::get<0>(starts[static_cast<size_t>(job.nodes - 1)]);
+  // An unknown end cannot be planned around: hold the nodes outright.
+  int64_t from = at == kNever ? in_.now_ms : at;
+  r.start = at == kNever ? 0 : at;
+  for (int i = 0; i < job.nodes; ++i) {
+    size_t node = by_pref_[std::get<2>(starts[static_cast<size_t>(i)])];
+    reserved_from_[node] = from;
+    r.node_ids.push_back(in_.nodes[node].id);
+  }
+  info->reserved_start = r.start;
+  plan_.reservations.push_back(std::move(r));
+  return true;
+}
+
+Plan Pass::Run() {
+  const size_t n = in_.nodes.size();
+  // Node preference: cheaper first, then more reliable, then a seeded hash
+  // (spreads ties without favouring low ids), then id.
+  by_pref_.resize(n);
+  for (size_t i = 0; i < n; ++i) by_pref_[i] = i;
+  std::vector<uint64_t> tie(n);
+  for (size_t i = 0; i < n; ++i) tie[i] = Fnv(cfg_.seed, in_.nodes[i].id);
+  std::sort(by_pref_.begin(), by_pref_.end(), [&](size_t a, size_t b) {
+    const NodeView& x = in_.nodes[a];
+    const NodeView& y = in_.nodes[b];
+    if (x.price != y.price) return x.price < y.price;
+    if (x.reliability != y.reliability) return x.reliability > y.reliability;
+    if (tie[a] != tie[b]) return tie[a] < tie[b];
+    return x.id < y.id;
+  });
+  pref_.resize(n);
+  for (size_t r = 0; r < n; ++r) pref_[by_pref_[r]] = static_cast<uint32_t>(r);
+  gpus_.resize(n);
+  gpu_pos_.resize(n);
+  cpus_free_.resize(n);
+  mem_free_.resize(n);
+  occupants_.assign(n, {});
+  reserved_from_.assign(n, kNever);
+  held_by_.assign(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const NodeView& v = in_.nodes[i];
+    node_index_[v.id] = i;
+    gpus_[i] = v.gpus;
+    max_gpus_ = std::max(max_gpus_, static_cast<int>(v.gpus.size()));
+    for (size_t p = 0; p < v.gpus.size(); ++p) {
+      int idx = v.gpus[p].index;
+      if (idx < 0 || idx > 4096) continue;
+      if (static_cast<int>(gpu_pos_[i].size()) <= idx) gpu_pos_[i].resize(idx + 1, -1);
+      gpu_pos_[i][static_cast<size_t>(idx)] = static_cast<int>(p);
+    }
+    cpus_free_[i] = v.cpus_free;
+    mem_free_[i] = v.memory_free_mb;
+  }
+  stopping_.assign(in_.running.size(), false);
+  running_level_.resize(in_.running.size());
+  for (size_t r = 0; r < in_.running.size(); ++r) {
+    const RunningJob& job = in_.running[r];
+    stopping_[r] = job.stopping;
+    running_level_[r] = ServiceLevel(job.attained_gpu_s, cfg_);
+    int64_t end = job.expected_end > 0 ? job.expected_end : kNever;
+    if (end == kNever && cfg_.default_runtime_ms > 0) {
+      end = std::max(in_.now_ms, job.started_at + cfg_.default_runtime_ms);
+    }
+    for (const auto& a : job.allocs) {
+      auto it = node_index_.find(a.node_id);
+      if (it != node_index_.end()) {
+        occupants_[it->second].push_back({end, a.gpus, static_cast<int>(r)});
+      }
+    }
+  }
+
+  plan_.ranked = Rank(in_);
+  // Outcomes that stay the same for the rest of the pass: GPUs are only
+  // taken within a pass, never freed, so a job shape that could never run,
+  // or found too few nodes with room and no victims, finds the same again.
+  // This keeps a long queue of alike jobs linear.
+  auto memo_key = [](uint32_t shape, const PendingJob& j, int level) {
+    return (static_cast<uint64_t>(shape) << 32) ^ (static_cast<uint64_t>(j.nodes) << 20) ^
+           (static_cast<uint64_t>(j.gpu_count) << 8) ^ (static_cast<uint64_t>(j.tier) << 6) ^
+           static_cast<uint64_t>(std::min(level, 63));
+  };
+  std::unordered_map<uint64_t, std::pair<WaitKind, uint32_t>> never;  // shape+size -> why
+  std::unordered_map<uint64_t, std::pair<WaitKind, uint32_t>> full;   // + tier, level
+  int waiting = 0;
+  int reservations = 0;
+  for (uint32_t qi : plan_.ranked) {
+    const PendingJob& job = in_.queue[qi];
+    uint32_t shape_id = 0;
+    ShapeIndex& s = Shape(job, &shape_id);
+    PendingInfo info;
+    info.job = qi;
+    uint64_t sized = memo_key(shape_id, job, 0) | (1ull << 7);
+    auto nv = never.find(sized);
+    if (nv == never.end()) {
+      WaitKind kind;
+      std::string why = Unsatisfiable(job, in_.nodes, &kind);
+      uint32_t text = why.empty() ? UINT32_MAX : Text(std::move(why));
+      nv = never.emplace(sized, std::make_pair(kind, text)).first;
+    }
+    if (nv->second.second != UINT32_MAX) {
+      info.kind = nv->second.first;
+      info.text = nv->second.second;
+      plan_.pending.push_back(info);
+      continue;  // cannot run anywhere: it holds nothing back
+    }
+    int level = cfg_.policy == Policy::kTide ? PendingLevel(job, cfg_, in_.now_ms) : 0;
+    uint64_t memo = memo_key(shape_id, job, level);
+    auto known = full.find(memo);
+    if (known != full.end()) {
+      info.position = ++waiting;
+      info.kind = known->second.first;
+      info.text = known->second.second;
+      if (cfg_.backfill && reservations < cfg_.max_reservations && Reserve(qi, s, &info)) {
+        ++reservations;
+      }
+      plan_.pending.push_back(info);
+      continue;
+    }
+    bool capacity = false;
+    std::vector<size_t> chosen = Select(job, s, &capacity);
+    if (!chosen.empty()) {
+      Place(qi, chosen, s);
+      continue;
+    }
+    info.position = ++waiting;
+    if (cfg_.preemption && Preempt(qi, s, &info)) {
+      plan_.pending.push_back(info);
+      continue;
+    }
+    // Would it fit if nothing were held for jobs ahead?
+    int held_holder = -1;
+    for (size_t f = static_cast<size_t>(job.gpu_count); f < s.held.size() && held_holder < 0;
+         ++f) {
+      for (uint32_t rank : s.held[f]) {
+        size_t node = by_pref_[rank];
+        if (!HostRoom(job, node)) continue;
+        held_holder = held_by_[node];
+        break;
+      }
+    }
+    if (capacity) {
+      info.kind = WaitKind::kBehind;
+      info.text = Text("the free " + Describe(job) + " are reserved for jobs ranked ahead; " +
+                       (job.max_runtime_ms > 0 ? "it would end after their reservation"
+                                               : "set max_runtime to let it backfill"));
+    } else if (held_holder >= 0) {
+      info.kind = WaitKind::kBehind;
+      info.text = Text("behind " + in_.queue[static_cast<size_t>(held_holder)].id +
+                       ", which ranks ahead (tier, fair share, priority or submit time) and "
+                       "holds the free " + Describe(job));
+    } else {
+      info.kind = WaitKind::kResources;
+      info.text = Text("waiting for " + Describe(job) + " to be free" +
+                       (job.nodes == 1 ? " on one node" : ""));
+    }
+    if (!cfg_.backfill) {
+      // Strict order: nothing ranked after it may take its nodes.
+      for (size_t node = 0; node < n; ++node) {
+        if (s.usable[node] >= job.gpu_count) Hold(node, qi);
+      }
+    } else if (reservations < cfg_.max_reservations && Reserve(qi, s, &info)) {
+      ++reservations;
+    }
+    if (!capacity) full.emplace(memo, std::make_pair(info.kind, info.text));
+    plan_.pending.push_back(info);
+  }
+  return std::move(plan_);
+}
+
+uint32_t Pass::Text(std::string text) {
+  plan_.texts.push_back(std::move(text));
+  return static_cast<uint32_t>(plan_.texts.size() - 1);
 }
 
 }  // namespace
 
-Plan Schedule(const ScheduleInput& in) {
-  Plan plan;
-  std::vector<const PendingJob*> queue;
-  queue.reserve(in.queue.size());
-  for (const auto& j : in.queue) queue.push_back(&j);
-  std::sort(queue.begin(), queue.end(), [](const PendingJob* a, const PendingJob* b) {
-    if (a->submitted_at != b->submitted_at) return a->submitted_at < b->submitted_at;
-    return a->id < b->id;
-  });
+Plan Schedule(const ScheduleInput& in) { return Pass(in).Run(); }
 
-  // Working copy: placements made in this plan consume GPUs.
-  std::vector<NodeView> nodes = in.nodes;
-  std::sort(nodes.begin(), nodes.end(),
-            [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
-  // Nodes an earlier waiting job could use: later jobs may not take them.
-  std::set<size_t> held;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (in.held_nodes.count(nodes[i].id)) held.insert(i);
-  }
-  int waiting_ahead = in.waiting_ahead;
-
-  // Jobs of one shape (count, types, memory) that failed to start fail the
-  // same way for the rest of this pass: GPUs are only ever taken, never
-  // freed, within one pass. Remembering that keeps a long queue of alike
-  // jobs linear.
-  std::map<std::string, std::string> unsatisfiable;  // shape -> reason
-  std::set<std::string> waiting_shapes;
-  for (const PendingJob* job : queue) {
-    std::string shape = std::to_string(job->gpu_count) + "/" + std::to_string(job->gpu_memory_mb) +
-                        "/" + Join(job->gpu_types, "|");
-    auto known = unsatisfiable.find(shape);
-    if (known == unsatisfiable.end()) {
-      known = unsatisfiable.emplace(shape, Unsatisfiable(*job, nodes)).first;
-    }
-    if (!known->second.empty()) {
-      plan.pending_reasons[job->id] = known->second;
-      continue;  // cannot run anywhere: it holds nothing back
-    }
-    if (waiting_shapes.count(shape)) {
-      plan.pending_reasons[job->id] = "waiting for " + Describe(*job) +
-                                      " to be free on one node; " +
-                                      std::to_string(waiting_ahead) +
-                                      (waiting_ahead == 1 ? " job" : " jobs") + " ahead";
-      ++waiting_ahead;
-      continue;  // its nodes are held already
-    }
-    // Best fit: the usable node with the fewest free matching GPUs that
-    // still fits, to keep whole nodes free for big jobs.
-    int best = -1;
-    int best_free = 0;
-    bool blocked_by_hold = false;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!nodes[i].schedulable) continue;
-      Fit fit = FitOn(*job, nodes[i]);
-      if (fit.free < job->gpu_count) continue;
-      if (held.count(i)) {
-        blocked_by_hold = true;
-        continue;
-      }
-      if (best < 0 || fit.free < best_free) {
-        best = static_cast<int>(i);
-        best_free = fit.free;
-      }
-    }
-    if (best >= 0) {
-      Placement p{job->id, nodes[best].id, {}};
-      for (auto& g : nodes[best].gpus) {
-        if (static_cast<int>(p.gpus.size()) == job->gpu_count) break;
-        if (g.free && GpuMatches(*job, g)) {
-          g.free = false;
-          p.gpus.push_back(g.index);
-        }
-      }
-      std::sort(p.gpus.begin(), p.gpus.end());
-      plan.placements.push_back(std::move(p));
-      continue;
-    }
-    std::string reason = "waiting for " + Describe(*job) + " to be free on one node";
-    if (blocked_by_hold || waiting_ahead > 0) {
-      reason += "; " + std::to_string(waiting_ahead) + (waiting_ahead == 1 ? " job" : " jobs") +
-                " ahead";
-    }
-    plan.pending_reasons[job->id] = reason;
-    ++waiting_ahead;
-    waiting_shapes.insert(shape);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i].schedulable && FitOn(*job, nodes[i]).usable >= job->gpu_count) held.insert(i);
-    }
-  }
-  for (size_t i : held) plan.held_nodes.insert(nodes[i].id);
-  plan.waiting_ahead = waiting_ahead;
-  return plan;
+std::string PendingReason(const Plan& plan, const PendingInfo& info) {
+  const std::string& base = plan.texts.at(info.text);
+  int ahead = info.position - 1;
+  if (info.kind != WaitKind::kResources || ahead <= 0) return base;
+  return base + "; " + std::to_string(ahead) + (ahead == 1 ? " job" : " jobs") + " ahead";
 }
 
 }  // namespace tide::sched

@@ -266,11 +266,11 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
 }
 
 void Core::ScheduleLocked(store::WriteBatch& batch) {
-  bool full = schedule_needed_;
   schedule_needed_ = false;
-  std::vector<std::string> fresh = std::move(submitted_since_pass_);
   submitted_since_pass_.clear();
+  if (queued_.empty()) return;
   std::vector<sched::NodeView> views;
+  std::vector<sched::RunningJob> running;
   for (auto& [id, n] : nodes_) {
     sched::NodeView v;
     v.id = id;
@@ -282,69 +282,80 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
       v.gpus.push_back({g.index, g.model, g.memory_mb, used.count(g.index) == 0});
     }
     views.push_back(std::move(v));
-  }
-  std::vector<sched::PendingJob> queue;
-  auto add = [&](const JobEntry& e) {
-    const auto& r = e.job.spec.resources;
-    queue.push_back({e.job.id, r.gpu_count, r.gpu_types, r.gpu_memory_mb,
-                     static_cast<int64_t>(e.order)});
-  };
-  if (full) {
-    queue.reserve(queued_.size());
-    for (auto& [order, id] : queued_) add(jobs_.at(id));
-    sched_held_.clear();
-    sched_waiting_ = 0;
-  } else {
-    for (auto& id : fresh) {
-      const JobEntry& e = jobs_.at(id);
-      if (e.job.status == JobStatus::kQueued) add(e);
+    for (auto& [job_id, gpus] : n.leases) {
+      const JobEntry& e = jobs_.at(job_id);
+      sched::RunningJob r;
+      r.id = job_id;
+      r.account = e.job.owner;
+      r.allocs = {{id, gpus}};
+      r.started_at = e.job.started_at;
+      if (e.job.spec.max_runtime_s > 0 && e.job.started_at > 0) {
+        r.expected_end = e.job.started_at + e.job.spec.max_runtime_s * 1000;
+      }
+      r.stopping = e.job.cancel_requested;
+      running.push_back(std::move(r));
     }
   }
-  if (queue.empty()) return;
-  sched::Plan plan =
-      sched::Schedule({views, queue, clock_->NowMs(), sched_held_, sched_waiting_});
-  sched_held_ = plan.held_nodes;
-  sched_waiting_ = plan.waiting_ahead;
+  std::vector<sched::PendingJob> queue;
+  queue.reserve(queued_.size());
+  for (auto& [order, id] : queued_) {
+    const JobEntry& e = jobs_.at(id);
+    const auto& r = e.job.spec.resources;
+    sched::PendingJob p;
+    p.id = e.job.id;
+    p.account = e.job.owner;
+    p.gpu_count = r.gpu_count;
+    p.gpu_types = r.gpu_types;
+    p.gpu_memory_mb = r.gpu_memory_mb;
+    p.max_runtime_ms = e.job.spec.max_runtime_s * 1000;
+    p.submitted_at = static_cast<int64_t>(e.order);
+    queue.push_back(std::move(p));
+  }
+  sched::Plan plan = sched::Schedule({views, queue, running, fair_.Shares(clock_->NowMs()),
+                                      sched_config_, clock_->NowMs()});
 
   // The plan was made from the state we hold the lock on, but re-check each
   // placement anyway: a plan is only ever applied if it is still valid.
   for (const auto& p : plan.placements) {
     auto je = jobs_.find(p.job_id);
-    auto ne = nodes_.find(p.node_id);
-    if (je == jobs_.end() || ne == nodes_.end()) continue;
+    if (je == jobs_.end() || p.allocs.size() != 1) continue;
+    auto ne = nodes_.find(p.allocs[0].node_id);
+    if (ne == nodes_.end()) continue;
+    const std::vector<int>& gpus = p.allocs[0].gpus;
     JobEntry& e = je->second;
     NodeEntry& n = ne->second;
     if (e.job.status != JobStatus::kQueued || n.node.state != api::NodeState::kReady) continue;
     std::set<int> used;
-    for (auto& [job, gpus] : n.leases) used.insert(gpus.begin(), gpus.end());
-    bool ok = static_cast<int>(p.gpus.size()) == e.job.spec.resources.gpu_count;
-    for (int g : p.gpus) ok = ok && used.count(g) == 0;
+    for (auto& [job, g] : n.leases) used.insert(g.begin(), g.end());
+    bool ok = static_cast<int>(gpus.size()) == e.job.spec.resources.gpu_count;
+    for (int g : gpus) ok = ok && used.count(g) == 0;
     if (!ok) {
-      spdlog::warn("dropping stale placement of {} on {}", p.job_id, p.node_id);
+      spdlog::warn("dropping stale placement of {} on {}", p.job_id, n.node.id);
       schedule_needed_ = true;
       continue;
     }
-    n.leases[e.job.id] = p.gpus;
+    n.leases[e.job.id] = gpus;
     {
       std::lock_guard<std::mutex> lock(delivery_mu_);
       uncommitted_.insert(e.job.id);
     }
     SetStatus(e, JobStatus::kStarting);
     e.job.node_id = n.node.id;
-    e.job.gpus = p.gpus;
+    e.job.gpus = gpus;
     e.job.pending_reason.clear();
     api::Attempt a;
     a.attempt = e.job.attempt;
     a.node_id = n.node.id;
-    a.gpus = p.gpus;
+    a.gpus = gpus;
     e.job.attempts.push_back(a);
     PersistJob(e, batch);
   }
-  for (const auto& [id, reason] : plan.pending_reasons) {
-    auto je = jobs_.find(id);
-    if (je == jobs_.end() || je->second.job.pending_reason == reason) continue;
-    je->second.job.pending_reason = reason;
-    PersistJob(je->second, batch);
+  // Pending reasons are derived state: kept in memory, recomputed on every
+  // pass, never worth a write of their own.
+  for (const auto& info : plan.pending) {
+    auto je = jobs_.find(queue[info.job].id);
+    if (je == jobs_.end()) continue;
+    je->second.job.pending_reason = sched::PendingReason(plan, info);
   }
 }
 

@@ -29,6 +29,8 @@
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "scheduler/fair_share.h"
+#include "scheduler/snapshot.h"
 #include "store/store.h"
 
 namespace tide::server {
@@ -174,8 +176,8 @@ class Core {
   bool schedule_needed_ = true;
   bool command_is_submission_ = false;
   std::vector<std::string> submitted_since_pass_;
-  std::set<std::string> sched_held_;
-  int sched_waiting_ = 0;
+  sched::SchedulerConfig sched_config_;
+  sched::FairShare fair_;
 
   // Delivery to agents (not durable: after a restart everything in flight
   // is offered again and agents deduplicate).
