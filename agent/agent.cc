@@ -168,6 +168,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   req.name = name_;
   req.hostname = host;
   req.gpus = gpus_;
+  req.labels = options_.labels;
   RegisterOptions ro;
   ro.server = options_.server;
   ro.data_dir = data_dir_;

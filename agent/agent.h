@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace tide::agent {
@@ -13,6 +14,8 @@ struct AgentOptions {
   std::string data_dir = ".tide/agent";
   std::string name;       // default: the host name
   std::string fake_gpus;  // "4xRTX4090:24GB,2xA100:80GB"; empty = NVML
+  // Node labels jobs can require with `constraints` (region=eu, ...).
+  std::map<std::string, std::string> labels;
   int64_t heartbeat_interval_ms = 2'000;
   std::string log_level = "info";
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 
 #include "common/duration.h"
@@ -244,8 +245,40 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     }
     spec.tags = *v;
   }
+  if (auto v = r.String("tier")) {
+    if (*v != "on-demand" && *v != "spot") r.Fail("tier", "must be \"on-demand\" or \"spot\"");
+    spec.tier = *v;
+  }
+  if (auto v = r.Int("priority")) {
+    if (*v < -kMaxPriority || *v > kMaxPriority) r.Fail("priority", "must be between -1000 and 1000");
+    else spec.priority = static_cast<int>(*v);
+  }
+  if (auto v = r.StringMap("constraints")) {
+    for (auto& [k, val] : *v) {
+      std::string why = CheckLabel(k, val);
+      if (!why.empty()) r.Fail("constraints." + k, why);
+    }
+    spec.constraints = *v;
+  }
+  if (auto v = r.Number("max_price")) {
+    if (*v <= 0 || *v > 1e6) r.Fail("max_price", "must be a positive number of credits per GPU-hour");
+    else spec.max_price = static_cast<int64_t>(std::llround(*v * 1e6));
+  }
   TIDE_RETURN_IF_ERROR(r.Finish());
   return spec;
+}
+
+std::string CheckLabel(const std::string& key, const std::string& value) {
+  auto ok = [](const std::string& s) {
+    if (s.empty() || s.size() > 63) return false;
+    for (char c : s) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+    }
+    return true;
+  };
+  if (!ok(key)) return "label names are 1-63 characters of letters, digits, '.', '_' and '-'";
+  if (!ok(value)) return "label values are 1-63 characters of letters, digits, '.', '_' and '-'";
+  return "";
 }
 
 json ToJson(const JobSpec& s) {
@@ -259,6 +292,10 @@ json ToJson(const JobSpec& s) {
             {"tags", s.tags}};
   if (s.max_runtime_s) j["max_runtime"] = s.max_runtime_s;
   if (!s.code.empty()) j["code"] = s.code;
+  j["tier"] = s.tier;
+  j["priority"] = s.priority;
+  if (!s.constraints.empty()) j["constraints"] = s.constraints;
+  if (s.max_price > 0) j["max_price"] = static_cast<double>(s.max_price) / 1e6;
   return j;
 }
 
@@ -318,6 +355,7 @@ json ToJson(const Job& job) {
   j["finished_at"] = job.finished_at;
   j["cancel_requested"] = job.cancel_requested;
   j["cancel_reason"] = job.cancel_reason;
+  j["preempt_requested"] = job.preempt_requested;
   json attempts = json::array();
   for (auto& a : job.attempts) attempts.push_back(ToJson(a));
   j["attempts"] = attempts;
@@ -330,7 +368,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   Job job;
   json spec = json::object();
   for (const char* k : {"name", "image", "command", "env", "resources", "max_runtime", "grace",
-                        "code", "tags"}) {
+                        "code", "tags", "tier", "priority", "constraints", "max_price"}) {
     if (j.contains(k)) spec[k] = j[k];
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
@@ -354,6 +392,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.finished_at = j.value("finished_at", int64_t{0});
   job.cancel_requested = j.value("cancel_requested", false);
   job.cancel_reason = j.value("cancel_reason", "");
+  job.preempt_requested = j.value("preempt_requested", false);
   if (j.contains("attempts") && j["attempts"].is_array()) {
     for (auto& a : j["attempts"]) {
       auto at = AttemptFromJson(a);
@@ -423,6 +462,8 @@ json ToJson(const Node& n) {
           {"hostname", n.hostname},
           {"state", n.state == NodeState::kReady ? "ready" : "lost"},
           {"gpus", gpus},
+          {"labels", n.labels},
+          {"draining", n.draining},
           {"registered_at", n.registered_at},
           {"last_heartbeat", n.last_heartbeat}};
 }
@@ -438,6 +479,8 @@ Result<Node> NodeFromJsonImpl(const json& j) {
   auto gpus = GpuList(j, "gpus");
   if (!gpus.ok()) return gpus.status();
   n.gpus = *gpus;
+  if (j.contains("labels")) n.labels = j["labels"].get<std::map<std::string, std::string>>();
+  n.draining = j.value("draining", false);
   n.registered_at = j.value("registered_at", int64_t{0});
   n.last_heartbeat = j.value("last_heartbeat", int64_t{0});
   return n;
@@ -453,7 +496,7 @@ Result<Node> NodeFromJson(const json& j) {
 json ToJson(const RegisterRequest& r) {
   json gpus = json::array();
   for (auto& g : r.gpus) gpus.push_back(ToJson(g));
-  return {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}};
+  return {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}, {"labels", r.labels}};
 }
 
 Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
@@ -463,6 +506,13 @@ Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
   if (auto v = r.String("name", true)) req.name = *v;
   if (auto v = r.String("hostname")) req.hostname = *v;
   (void)r.Raw("gpus");
+  if (auto v = r.StringMap("labels")) {
+    for (auto& [k, val] : *v) {
+      std::string why = CheckLabel(k, val);
+      if (!why.empty()) r.Fail("labels." + k, why);
+    }
+    req.labels = *v;
+  }
   TIDE_RETURN_IF_ERROR(r.Finish());
   auto gpus = GpuList(j, "gpus");
   if (!gpus.ok()) return gpus.status();

@@ -59,7 +59,14 @@ struct JobSpec {
   int64_t grace_s = 30;       // notice before SIGKILL on cancel/timeout
   std::string code;           // id of an uploaded code archive ("" = none)
   std::vector<std::string> tags;
+  // Scheduling: spot work is cheaper and yields to on-demand work
+  // (preempted with the notice protocol, then requeued).
+  std::string tier = "on-demand";  // "on-demand" or "spot"
+  int priority = 0;                // -1000..1000, higher first within an account
+  std::map<std::string, std::string> constraints;  // node labels that must hold
+  int64_t max_price = 0;  // micro-credits per GPU-hour; 0 = no cap
 };
+inline constexpr int kMaxPriority = 1000;
 
 // Strict parse of a client's spec (JSON body of POST /v1/jobs).
 Result<JobSpec> JobSpecFromJson(const json& j);
@@ -93,6 +100,9 @@ struct Job {
   int64_t finished_at = 0;
   bool cancel_requested = false;
   std::string cancel_reason;
+  // The scheduler preempted the running attempt: it gets the notice, and on
+  // exit the job returns to the queue with attempt+1.
+  bool preempt_requested = false;
   std::vector<Attempt> attempts;  // finished attempts and the current one
 };
 json ToJson(const Job& job);
@@ -121,6 +131,8 @@ struct Node {
   std::string hostname;
   NodeState state = NodeState::kReady;
   std::vector<Gpu> gpus;
+  std::map<std::string, std::string> labels;  // region, data_residency, ...
+  bool draining = false;  // keeps its jobs, takes no new ones
   int64_t registered_at = 0;
   int64_t last_heartbeat = 0;
 };
@@ -133,7 +145,11 @@ struct RegisterRequest {
   std::string name;
   std::string hostname;
   std::vector<Gpu> gpus;
+  std::map<std::string, std::string> labels;
 };
+// Label keys and values: 1-63 characters of [A-Za-z0-9._-]; "" if ok,
+// else what is wrong.
+std::string CheckLabel(const std::string& key, const std::string& value);
 json ToJson(const RegisterRequest& r);
 Result<RegisterRequest> RegisterRequestFromJson(const json& j);
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "agent/agent.h"
+#include "api/types.h"
 #include "cli/common.h"
 #include "cmd/dev.h"
 #include "cmd/sim.h"
@@ -72,6 +73,19 @@ void AddAgentCommand(CLI::App& app) {
   cmd->add_option("--name", opts->name, "Node name (default: the host name)");
   cmd->add_option("--fake-gpus", opts->fake_gpus,
                   "Pretend GPUs instead of NVML, e.g. 4xRTX4090:24GB,2xA100:80GB");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--label",
+         [opts](const std::vector<std::string>& labels) {
+           for (const auto& l : labels) {
+             auto eq = l.find('=');
+             std::string why = eq == std::string::npos ? "use KEY=VALUE"
+                                                       : api::CheckLabel(l.substr(0, eq), l.substr(eq + 1));
+             if (!why.empty()) throw CLI::ValidationError("--label " + l, why);
+             opts->labels[l.substr(0, eq)] = l.substr(eq + 1);
+           }
+         },
+         "Node label jobs can require with constraints, e.g. region=eu (repeatable)")
+      ->take_all();
   AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
                 "Time between heartbeats, e.g. 2s or 500ms");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")

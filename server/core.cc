@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "common/token.h"
 #include "scheduler/schedule.h"
@@ -61,6 +62,20 @@ Status Core::Recover() {
       }
     }
   }
+  // Fair-share usage is derived from the attempts, charged in time order.
+  std::vector<std::tuple<int64_t, std::string, double>> used;
+  for (auto& [id, e] : jobs_) {
+    e.queued_since = e.job.created_at;
+    for (const auto& a : e.job.attempts) {
+      if (a.started_at > 0 && a.finished_at > a.started_at) {
+        used.emplace_back(a.finished_at, e.job.owner,
+                          static_cast<double>(a.finished_at - a.started_at) / 1000.0 *
+                              static_cast<double>(a.gpus.size()));
+      }
+    }
+  }
+  std::sort(used.begin(), used.end());
+  for (auto& [at, owner, gpu_s] : used) fair_.Charge(owner, gpu_s, at);
   spdlog::info("recovered {} jobs, {} nodes, {} users from the store", jobs_.size(), nodes_.size(),
                users_.size());
   return Status::Ok();
@@ -197,6 +212,12 @@ void Core::PersistNode(const NodeEntry& n, store::WriteBatch& batch) const {
   batch.nodes.push_back({n.node.id, n.node.name, api::ToJson(copy).dump()});
 }
 
+std::string Core::StopReason(const Job& job) {
+  if (job.cancel_requested) return job.cancel_reason;
+  if (job.preempt_requested) return "preempted";
+  return "";
+}
+
 void Core::SetStatus(JobEntry& e, JobStatus s) {
   if (s == JobStatus::kQueued) {
     queued_[e.order] = e.job.id;
@@ -238,6 +259,10 @@ void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<i
     a.finished_at = now;
     a.reason = reason;
     a.exit_code = exit_code;
+    if (a.started_at > 0) {
+      fair_.Charge(e.job.owner, static_cast<double>(now - a.started_at) / 1000.0 *
+                                    static_cast<double>(a.gpus.size()), now);
+    }
   }
   auto n = nodes_.find(e.job.node_id);
   if (n != nodes_.end()) n->second.leases.erase(e.job.id);
@@ -257,6 +282,8 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   }
   SetStatus(e, JobStatus::kQueued);
   e.job.reason = reason;
+  e.job.preempt_requested = false;
+  e.queued_since = clock_->NowMs();
   e.job.attempt += 1;
   e.job.node_id.clear();
   e.job.gpus.clear();
@@ -271,11 +298,27 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
   if (queued_.empty()) return;
   std::vector<sched::NodeView> views;
   std::vector<sched::RunningJob> running;
+  auto tier = [](const api::JobSpec& spec) {
+    return spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
+  };
+  // GPU-seconds of the attempts a job has had: its attained service.
+  auto attained = [&](const Job& job, int64_t now) {
+    double s = 0;
+    for (const auto& a : job.attempts) {
+      if (a.started_at == 0) continue;
+      int64_t end = a.finished_at > 0 ? a.finished_at : now;
+      s += static_cast<double>(end - a.started_at) / 1000.0 * static_cast<double>(a.gpus.size());
+    }
+    return static_cast<int64_t>(s);
+  };
+  int64_t now = clock_->NowMs();
   for (auto& [id, n] : nodes_) {
     sched::NodeView v;
     v.id = id;
     v.name = n.node.name;
     v.schedulable = n.node.state == api::NodeState::kReady;
+    v.draining = n.node.draining;
+    v.labels = n.node.labels;
     std::set<int> used;
     for (auto& [job, gpus] : n.leases) used.insert(gpus.begin(), gpus.end());
     for (auto& g : n.node.gpus) {
@@ -287,12 +330,15 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
       sched::RunningJob r;
       r.id = job_id;
       r.account = e.job.owner;
+      r.tier = tier(e.job.spec);
+      r.priority = e.job.spec.priority;
       r.allocs = {{id, gpus}};
       r.started_at = e.job.started_at;
       if (e.job.spec.max_runtime_s > 0 && e.job.started_at > 0) {
         r.expected_end = e.job.started_at + e.job.spec.max_runtime_s * 1000;
       }
-      r.stopping = e.job.cancel_requested;
+      r.attained_gpu_s = attained(e.job, now);
+      r.stopping = !StopReason(e.job).empty();
       running.push_back(std::move(r));
     }
   }
@@ -300,19 +346,54 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
   queue.reserve(queued_.size());
   for (auto& [order, id] : queued_) {
     const JobEntry& e = jobs_.at(id);
-    const auto& r = e.job.spec.resources;
+    const auto& spec = e.job.spec;
+    const auto& r = spec.resources;
     sched::PendingJob p;
     p.id = e.job.id;
     p.account = e.job.owner;
+    p.tier = tier(spec);
+    p.priority = spec.priority;
     p.gpu_count = r.gpu_count;
     p.gpu_types = r.gpu_types;
     p.gpu_memory_mb = r.gpu_memory_mb;
-    p.max_runtime_ms = e.job.spec.max_runtime_s * 1000;
+    p.constraints = spec.constraints;
+    p.max_price = spec.max_price;
+    p.max_runtime_ms = spec.max_runtime_s * 1000;
     p.submitted_at = static_cast<int64_t>(e.order);
+    p.queued_since = e.queued_since;
+    p.attained_gpu_s = attained(e.job, now);
+    if (!e.job.attempts.empty() && e.job.attempts.back().started_at > 0) {
+      p.last_run_ms = e.job.attempts.back().finished_at - e.job.attempts.back().started_at;
+    }
     queue.push_back(std::move(p));
   }
-  sched::Plan plan = sched::Schedule({views, queue, running, fair_.Shares(clock_->NowMs()),
-                                      sched_config_, clock_->NowMs()});
+  sched::Plan plan =
+      sched::Schedule({views, queue, running, fair_.Shares(now), sched_config_, now});
+
+  // Preemptions: the victim gets the notice (SIGTERM, notice file, grace)
+  // and returns to the queue when its agent reports the exit.
+  for (const auto& pre : plan.preemptions) {
+    auto je = jobs_.find(pre.victim_id);
+    if (je == jobs_.end()) continue;
+    JobEntry& e = je->second;
+    if (api::IsTerminal(e.job.status) || e.job.status == JobStatus::kQueued ||
+        !StopReason(e.job).empty()) {
+      continue;
+    }
+    bool delivered;
+    {
+      std::lock_guard<std::mutex> lock(delivery_mu_);
+      delivered = delivered_.count({e.job.id, e.job.attempt}) > 0;
+    }
+    spdlog::info("preempting {} (attempt {}) for {}", e.job.id, e.job.attempt, pre.for_job_id);
+    if (e.job.status == JobStatus::kStarting && !delivered) {
+      RequeueLocked(e, "preempted");  // no agent has it yet
+    } else {
+      e.job.preempt_requested = true;
+    }
+    PersistJob(e, batch);
+    schedule_needed_ = true;
+  }
 
   // The plan was made from the state we hold the lock on, but re-check each
   // placement anyway: a plan is only ever applied if it is still valid.
@@ -412,6 +493,7 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
     e.job = std::move(job);
     e.order = next_order_++;
     e.status_since_mono = clock_->MonotonicMs();
+    e.queued_since = e.job.created_at;
     job_order_.push_back(e.job.id);
     queued_[e.order] = e.job.id;
     submitted_since_pass_.push_back(e.job.id);
@@ -575,6 +657,7 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
     n.node.name = req.name;
     n.node.hostname = req.hostname;
     n.node.gpus = req.gpus;
+    n.node.labels = req.labels;
     for (auto& g : n.node.gpus) {
       if (g.model.empty()) g.model = api::CanonicalGpuModel(g.name);
     }
@@ -620,9 +703,8 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
                   je->second.job.attempt == r.attempt && n.leases.count(r.job_id);
       if (!ours) {
         work.cancels.push_back({r.job_id, r.attempt, "not_leased", 0});
-      } else if (je->second.job.cancel_requested) {
-        work.cancels.push_back({r.job_id, r.attempt, je->second.job.cancel_reason,
-                                je->second.job.spec.grace_s});
+      } else if (std::string why = StopReason(je->second.job); !why.empty()) {
+        work.cancels.push_back({r.job_id, r.attempt, why, je->second.job.spec.grace_s});
       }
     }
     std::vector<std::string> lost;
@@ -630,7 +712,7 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
       if (reported.count(job_id)) continue;
       JobEntry& e = jobs_.at(job_id);
       if (now_mono - e.status_since_mono < options_.report_grace_ms) continue;
-      if (e.job.status == JobStatus::kRunning || e.job.cancel_requested) {
+      if (e.job.status == JobStatus::kRunning || !StopReason(e.job).empty()) {
         lost.push_back(job_id);  // a cancelled one ends as cancelled
       } else {
         // Starting but never taken up: offer it again.
@@ -664,10 +746,9 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
       for (auto& [job_id, gpus] : it->second.leases) {
         const JobEntry& e = jobs_.at(job_id);
         std::pair<std::string, int> key{job_id, e.job.attempt};
-        if (e.job.cancel_requested) {
+        if (std::string why = StopReason(e.job); !why.empty()) {
           if (cancel_delivered_.insert(key).second) {
-            work.cancels.push_back({job_id, e.job.attempt, e.job.cancel_reason,
-                                    e.job.spec.grace_s});
+            work.cancels.push_back({job_id, e.job.attempt, why, e.job.spec.grace_s});
           }
           continue;
         }
@@ -743,6 +824,13 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
     if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
       // The agent was stopped, not the job: it runs again elsewhere.
       RequeueLocked(e, "agent_shutdown");
+      PersistJob(e, batch);
+      return Status::Ok();
+    }
+    if (e.job.preempt_requested && !e.job.cancel_requested) {
+      // Stopped for higher-ranked work: back to the queue, same id, next
+      // attempt. Whatever the exit, it does not count as a failure.
+      RequeueLocked(e, "preempted");
       PersistJob(e, batch);
       return Status::Ok();
     }

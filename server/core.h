@@ -128,6 +128,7 @@ class Core {
     api::Job job;
     uint64_t order = 0;          // submission order, for FIFO
     int64_t status_since_mono = 0;
+    int64_t queued_since = 0;    // unix ms it last entered the queue
   };
   struct NodeEntry {
     api::Node node;
@@ -155,6 +156,8 @@ class Core {
   // Node gone: its jobs go back to the queue (or end, if being cancelled).
   void RequeueLocked(JobEntry& e, const std::string& reason);
   void SetStatus(JobEntry& e, api::JobStatus s);
+  // Why the current attempt is being stopped ("cancelled", "preempted"), or "".
+  static std::string StopReason(const api::Job& job);
 
   store::Store* store_;
   Clock* clock_;

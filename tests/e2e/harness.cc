@@ -183,13 +183,15 @@ void Cluster::KillServer(int sig) {
   server_->Wait(std::chrono::seconds(10));
 }
 
-void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus) {
+void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus,
+                         const std::vector<std::string>& extra_args) {
   if (join_token_.empty()) join_token_ = admin_->CreateJoinToken()->token;
   auto p = std::make_unique<Process>();
-  p->Start({TIDE_BINARY, "agent", "--server", url_, "--join-token", join_token_, "--data-dir",
-            dir_ + "/agent-" + name, "--name", name, "--fake-gpus", fake_gpus,
-            "--heartbeat-interval", "500ms"},
-           dir_ + "/agent-" + name + ".log");
+  std::vector<std::string> argv = {TIDE_BINARY, "agent", "--server", url_, "--join-token",
+                                   join_token_, "--data-dir", dir_ + "/agent-" + name, "--name",
+                                   name, "--fake-gpus", fake_gpus, "--heartbeat-interval", "500ms"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  p->Start(argv, dir_ + "/agent-" + name + ".log");
   agents_[name] = std::move(p);
   bool listed = Eventually(
       [&] {

@@ -54,7 +54,8 @@ class Cluster {
   void StartServer();
   void KillServer(int sig);
   // Starts an agent and waits until the server lists it.
-  void StartAgent(const std::string& name, const std::string& fake_gpus);
+  void StartAgent(const std::string& name, const std::string& fake_gpus,
+                  const std::vector<std::string>& extra_args = {});
   Process& agent(const std::string& name) { return *agents_.at(name); }
 
   // A new user; returns its token.

@@ -1,0 +1,123 @@
+// Scheduling through the real server: spot work preempted by on-demand work
+// with the notice protocol, node labels and constraints, priorities, and
+// the queue summary.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/harness.h"
+
+namespace tide::e2e {
+namespace {
+
+using nlohmann::json;
+
+class SchedulingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer();
+    cluster_.StartAgent("eu1", "2xRTX4090:24GB", {"--label", "region=eu"});
+    token_ = cluster_.NewUser("alice");
+    client_ = cluster_.ClientFor(token_);
+  }
+  std::string Submit(const json& spec) {
+    auto job = client_->SubmitJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->id : "";
+  }
+  Cluster cluster_;
+  std::string token_;
+  std::unique_ptr<api::Client> client_;
+};
+
+TEST_F(SchedulingTest, SpotJobGetsTheNoticeYieldsAndResumes) {
+  // The spot job traps the notice, says what it read, and exits; on its
+  // second attempt it finishes at once.
+  std::string spot = Submit(
+      {{"name", "spot"},
+       {"tier", "spot"},
+       {"grace", "10s"},
+       {"resources", {{"gpu_count", 2}}},
+       {"command",
+        "if [ \"$TIDE_ATTEMPT\" -gt 1 ]; then echo resumed attempt $TIDE_ATTEMPT; exit 0; fi; "
+        "trap 'echo notice: $(cat \"$TIDE_NOTICE_FILE\" | tr \"\\n\" \" \"); exit 0' TERM; "
+        "echo started; while true; do sleep 0.1; done"}});
+  ASSERT_TRUE(Eventually([&] {
+    auto j = client_->GetJob(spot);
+    return j.ok() && j->status == api::JobStatus::kRunning;
+  }));
+  ASSERT_TRUE(Eventually([&] {
+    auto logs = client_->GetLogs(spot, 1);
+    return logs.ok() && logs->find("started") != std::string::npos;
+  }));
+  std::string urgent = Submit({{"name", "urgent"},
+                               {"resources", {{"gpu_count", 2}}},
+                               {"command", "echo on-demand ran; sleep 1"}});
+  // The on-demand job cannot fit, so the spot job is told to stop.
+  auto pending = client_->GetJob(urgent);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_EQ(pending->status, api::JobStatus::kQueued);
+  EXPECT_NE(pending->pending_reason.find("preempt"), std::string::npos) << pending->pending_reason;
+
+  api::Job done = WaitTerminal(*client_, urgent);
+  EXPECT_EQ(done.status, api::JobStatus::kCompleted) << done.reason;
+  api::Job resumed = WaitTerminal(*client_, spot);
+  EXPECT_EQ(resumed.status, api::JobStatus::kCompleted) << resumed.reason;
+  EXPECT_EQ(resumed.attempt, 2);
+  ASSERT_EQ(resumed.attempts.size(), 2u);
+  EXPECT_EQ(resumed.attempts[0].reason, "preempted");
+  // It got the notice with the reason and a deadline before it stopped.
+  auto first = client_->GetLogs(spot, 1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_NE(first->find("notice: reason=preempted deadline="), std::string::npos) << *first;
+  auto second = client_->GetLogs(spot, 2);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->find("resumed attempt 2"), std::string::npos) << *second;
+  // The on-demand job started only after the spot job had stopped.
+  EXPECT_GE(done.attempts[0].started_at, resumed.attempts[0].finished_at);
+}
+
+TEST_F(SchedulingTest, ConstraintsPriorityAndBadInput) {
+  std::string us = Submit({{"name", "us"},
+                           {"constraints", {{"region", "us"}}},
+                           {"command", "true"}});
+  auto j = client_->GetJob(us);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->status, api::JobStatus::kQueued);
+  EXPECT_EQ(j->pending_reason, "no node with 1 GPU has labels region=us");
+  std::string eu = Submit({{"name", "eu"},
+                           {"constraints", {{"region", "eu"}}},
+                           {"priority", 5},
+                           {"max_price", 4.5},
+                           {"command", "echo in eu"}});
+  EXPECT_EQ(WaitTerminal(*client_, eu).status, api::JobStatus::kCompleted);
+  auto nodes = cluster_.admin().ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->at(0).labels.at("region"), "eu");
+
+  // Bad input is refused whole, naming the field.
+  struct Bad {
+    json spec;
+    std::string field;
+  };
+  std::vector<Bad> bad = {
+      {{{"command", "true"}, {"tier", "gold"}}, "tier"},
+      {{{"command", "true"}, {"priority", 5000}}, "priority"},
+      {{{"command", "true"}, {"priority", "high"}}, "priority"},
+      {{{"command", "true"}, {"constraints", {{"re gion", "eu"}}}}, "constraints.re gion"},
+      {{{"command", "true"}, {"constraints", {{"region", 3}}}}, "constraints.region"},
+      {{{"command", "true"}, {"max_price", -1}}, "max_price"},
+  };
+  for (auto& b : bad) {
+    auto r = client_->SubmitJob(b.spec);
+    ASSERT_FALSE(r.ok()) << b.spec.dump();
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << b.spec.dump();
+    EXPECT_NE(r.status().ToString().find(b.field), std::string::npos)
+        << b.spec.dump() << " -> " << r.status().ToString();
+  }
+  // A bad label on the agent's command line is refused before it starts.
+  auto agent = cluster_.Cli({"agent", "--label", "region"}, token_);
+  EXPECT_NE(agent.exit_code, 0);
+  EXPECT_NE(agent.err.find("KEY=VALUE"), std::string::npos) << agent.err;
+}
+
+}  // namespace
+}  // namespace tide::e2e
