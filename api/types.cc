@@ -346,6 +346,7 @@ json ToJson(const Job& job) {
   j["status"] = JobStatusName(job.status);
   j["reason"] = job.reason;
   j["pending_reason"] = job.pending_reason;
+  if (job.expected_start > 0) j["expected_start"] = job.expected_start;
   j["exit_code"] = job.exit_code ? json(*job.exit_code) : json(nullptr);
   j["attempt"] = job.attempt;
   j["node_id"] = job.node_id;
@@ -383,6 +384,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.status = *st;
   job.reason = j.value("reason", "");
   job.pending_reason = j.value("pending_reason", "");
+  job.expected_start = j.value("expected_start", int64_t{0});
   if (j.contains("exit_code") && j["exit_code"].is_number_integer()) job.exit_code = j["exit_code"].get<int>();
   job.attempt = j.value("attempt", 1);
   job.node_id = j.value("node_id", "");

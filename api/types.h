@@ -91,6 +91,7 @@ struct Job {
   JobStatus status = JobStatus::kQueued;
   std::string reason;          // detail of the status: timeout, exit_code:3, node_lost, ...
   std::string pending_reason;  // while queued: why it is not running yet
+  int64_t expected_start = 0;  // while queued: when it is expected to start (unix ms), 0 = unknown
   std::optional<int> exit_code;
   int attempt = 1;
   std::string node_id;  // current or last node

@@ -50,6 +50,7 @@ void AddUserCommands(CLI::App& app) {
   AddWaitCommand(app);
   AddOutputsCommand(app);
   AddNodesCommand(app);
+  AddQueueCommand(app);
   AddAdminCommands(app);
 }
 

@@ -52,6 +52,7 @@ void AddCancelCommand(CLI::App& app);
 void AddWaitCommand(CLI::App& app);
 void AddOutputsCommand(CLI::App& app);
 void AddNodesCommand(CLI::App& app);
+void AddQueueCommand(CLI::App& app);
 void AddAdminCommands(CLI::App& app);
 
 // Parses argv and runs the chosen command; returns the process exit code.

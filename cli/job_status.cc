@@ -69,12 +69,20 @@ void PrintHuman(const json& job) {
   if (job.value("cancel_requested", false) && parsed && !api::IsTerminal(*parsed)) {
     std::string why = JsonString(job, "cancel_reason");
     status += " (stopping" + (why.empty() ? "" : ": " + why) + ")";
+  } else if (job.value("preempt_requested", false) && parsed && !api::IsTerminal(*parsed)) {
+    status += " (stopping: preempted, will resume)";
   }
   row("ID", JsonString(job, "id"));
   row("Name", JsonString(job, "name"));
   row("Status", status);
   row("Reason", JsonString(job, "reason"));
   row("Pending", JsonString(job, "pending_reason"));
+  if (int64_t at = JsonInt(job, "expected_start"); at > 0 && status == "queued") {
+    row("Expected start", at <= now ? "now" : "in " + FormatAge(at, now));
+  }
+  std::string tier = JsonString(job, "tier");
+  if (tier == "spot") row("Tier", tier);
+  if (int64_t p = JsonInt(job, "priority"); p != 0) row("Priority", std::to_string(p));
   row("Exit code", ExitCode(job));
   row("Attempt", std::to_string(JsonInt(job, "attempt")));
   row("Node", JsonString(job, "node_id"));

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
   cmd::Group(app, {"submit", "ls", "status", "logs", "cancel", "wait", "outputs"}, "Jobs");
-  cmd::Group(app, {"nodes", "admin"}, "Cluster");
+  cmd::Group(app, {"queue", "nodes", "admin", "sim"}, "Cluster");
   cmd::Group(app, {"dev", "server", "agent"}, "Processes");
   cmd::Group(app, {"version"}, "Other");
   // After the subcommands: they would inherit it.

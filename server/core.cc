@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "common/token.h"
+#include "scheduler/estimate.h"
 #include "scheduler/schedule.h"
 
 namespace tide::server {
@@ -101,6 +102,34 @@ void Core::Start() {
   std::lock_guard<std::mutex> lock(queue_mu_);
   started_ = true;
   thread_ = std::thread([this] { Loop(); });
+  estimator_ = std::thread([this] { EstimateLoop(); });
+}
+
+// Expected starts come from a what-if run of the scheduler over a copy of
+// the state, so it never holds up the core thread.
+void Core::EstimateLoop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      if (estimate_cv_.wait_for(lock, std::chrono::milliseconds(options_.estimate_interval_ms),
+                                [&] { return stopping_; })) {
+        return;
+      }
+    }
+    Snapshot snap;
+    std::map<std::string, sched::AccountShare> shares;
+    int64_t now = clock_->NowMs();
+    {
+      std::shared_lock lock(state_mu_);
+      if (queued_.empty()) continue;
+      BuildSnapshot(now, snap);
+      shares = fair_.Shares(now);
+    }
+    auto starts = sched::ExpectedStarts({snap.views, snap.queue, snap.running, shares, sched_config_, now});
+    std::lock_guard<std::mutex> lock(estimate_mu_);
+    estimates_ = std::move(starts);
+    estimated_at_ = now;
+  }
 }
 
 void Core::Stop() {
@@ -110,7 +139,9 @@ void Core::Stop() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  estimate_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (estimator_.joinable()) estimator_.join();
 }
 
 // ------------------------------------------------------------------ the loop
@@ -292,12 +323,9 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   schedule_needed_ = true;
 }
 
-void Core::ScheduleLocked(store::WriteBatch& batch) {
-  schedule_needed_ = false;
-  submitted_since_pass_.clear();
-  if (queued_.empty()) return;
-  std::vector<sched::NodeView> views;
-  std::vector<sched::RunningJob> running;
+// What the scheduler sees, from the in-memory state (the caller holds
+// state_mu_, shared or exclusive).
+void Core::BuildSnapshot(int64_t now, Snapshot& snap) const {
   auto tier = [](const api::JobSpec& spec) {
     return spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
   };
@@ -311,7 +339,6 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     }
     return static_cast<int64_t>(s);
   };
-  int64_t now = clock_->NowMs();
   for (auto& [id, n] : nodes_) {
     sched::NodeView v;
     v.id = id;
@@ -324,7 +351,7 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     for (auto& g : n.node.gpus) {
       v.gpus.push_back({g.index, g.model, g.memory_mb, used.count(g.index) == 0});
     }
-    views.push_back(std::move(v));
+    snap.views.push_back(std::move(v));
     for (auto& [job_id, gpus] : n.leases) {
       const JobEntry& e = jobs_.at(job_id);
       sched::RunningJob r;
@@ -339,11 +366,10 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
       }
       r.attained_gpu_s = attained(e.job, now);
       r.stopping = !StopReason(e.job).empty();
-      running.push_back(std::move(r));
+      snap.running.push_back(std::move(r));
     }
   }
-  std::vector<sched::PendingJob> queue;
-  queue.reserve(queued_.size());
+  snap.queue.reserve(queued_.size());
   for (auto& [order, id] : queued_) {
     const JobEntry& e = jobs_.at(id);
     const auto& spec = e.job.spec;
@@ -365,10 +391,20 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     if (!e.job.attempts.empty() && e.job.attempts.back().started_at > 0) {
       p.last_run_ms = e.job.attempts.back().finished_at - e.job.attempts.back().started_at;
     }
-    queue.push_back(std::move(p));
+    snap.queue.push_back(std::move(p));
   }
+}
+
+void Core::ScheduleLocked(store::WriteBatch& batch) {
+  schedule_needed_ = false;
+  submitted_since_pass_.clear();
+  if (queued_.empty()) return;
+  int64_t now = clock_->NowMs();
+  Snapshot snap;
+  BuildSnapshot(now, snap);
+  const std::vector<sched::PendingJob>& queue = snap.queue;
   sched::Plan plan =
-      sched::Schedule({views, queue, running, fair_.Shares(now), sched_config_, now});
+      sched::Schedule({snap.views, snap.queue, snap.running, fair_.Shares(now), sched_config_, now});
 
   // Preemptions: the victim gets the notice (SIGTERM, notice file, grace)
   // and returns to the queue when its agent reports the exit.
@@ -563,7 +599,13 @@ Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
   std::shared_lock lock(state_mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !Visible(caller, it->second.job)) return Status::NotFound("no job " + id);
-  return it->second.job;
+  Job job = it->second.job;
+  if (job.status == JobStatus::kQueued) {
+    std::lock_guard<std::mutex> elock(estimate_mu_);
+    auto e = estimates_.find(id);
+    if (e != estimates_.end()) job.expected_start = e->second;
+  }
+  return job;
 }
 
 std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
@@ -599,6 +641,57 @@ std::vector<NodeStatus> Core::ListNodes() const {
   std::shared_lock lock(state_mu_);
   std::vector<NodeStatus> out;
   for (auto& [id, n] : nodes_) out.push_back({n.node, n.leases});
+  return out;
+}
+
+QueueSummary Core::Queue(const Caller& caller) const {
+  QueueSummary out;
+  std::map<std::string, QueueGroup> groups;
+  auto type_of = [](const api::JobSpec& spec) {
+    std::string t;
+    for (const auto& g : spec.resources.gpu_types) t += (t.empty() ? "" : "|") + g;
+    return t.empty() ? std::string("any") : t;
+  };
+  std::map<std::string, std::vector<int64_t>> waits;
+  std::shared_lock lock(state_mu_);
+  std::lock_guard<std::mutex> elock(estimate_mu_);
+  out.estimated_at = estimated_at_;
+  for (const auto& [id, n] : nodes_) {
+    if (n.node.state != api::NodeState::kReady) continue;
+    out.total_gpus += static_cast<int>(n.node.gpus.size());
+    int used = 0;
+    for (const auto& [job_id, gpus] : n.leases) used += static_cast<int>(gpus.size());
+    if (!n.node.draining) out.free_gpus += static_cast<int>(n.node.gpus.size()) - used;
+    for (const auto& [job_id, gpus] : n.leases) {
+      QueueGroup& g = groups[type_of(jobs_.at(job_id).job.spec)];
+      ++g.running_jobs;
+      g.running_gpus += static_cast<int>(gpus.size());
+    }
+  }
+  int64_t now = clock_->NowMs();
+  for (const auto& [order, id] : queued_) {
+    const Job& job = jobs_.at(id).job;
+    std::string type = type_of(job.spec);
+    QueueGroup& g = groups[type];
+    ++g.pending_jobs;
+    g.pending_gpus += job.spec.resources.gpu_count;
+    auto e = estimates_.find(id);
+    int64_t start = e == estimates_.end() ? 0 : e->second;
+    if (start > 0) waits[type].push_back(std::max<int64_t>(0, start - now));
+    if (Visible(caller, job)) {
+      out.jobs.push_back({id, job.spec.name, type, job.spec.resources.gpu_count, job.pending_reason,
+                          start});
+    }
+  }
+  for (auto& [type, g] : groups) {
+    g.gpu_type = type;
+    auto& w = waits[type];
+    if (!w.empty()) {
+      std::sort(w.begin(), w.end());
+      g.expected_wait_ms = w[w.size() / 2];
+    }
+    out.groups.push_back(g);
+  }
   return out;
 }
 

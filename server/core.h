@@ -49,12 +49,40 @@ struct CoreOptions {
   // considered lost by the agent and is requeued.
   int64_t report_grace_ms = 10'000;
   int64_t tick_ms = 250;
+  // How often the expected start of queued jobs is re-estimated (a what-if
+  // run of the scheduler, off the core thread).
+  int64_t estimate_interval_ms = 2'000;
 };
 
 struct UserInfo {
   std::string id;
   std::string name;
   int64_t created_at = 0;
+};
+
+// GET /v1/queue: pending and running work by requested GPU type.
+struct QueueGroup {
+  std::string gpu_type;  // "RTX4090", "A100|H100", or "any"
+  int pending_jobs = 0;
+  int pending_gpus = 0;
+  int running_jobs = 0;
+  int running_gpus = 0;
+  int64_t expected_wait_ms = -1;  // median over its pending jobs; -1 = unknown
+};
+struct QueuedJob {
+  std::string id;
+  std::string name;
+  std::string gpu_type;
+  int gpus = 0;
+  std::string pending_reason;
+  int64_t expected_start = 0;  // 0 = unknown
+};
+struct QueueSummary {
+  std::vector<QueueGroup> groups;
+  std::vector<QueuedJob> jobs;  // the caller's queued jobs (all for admins), oldest first
+  int total_gpus = 0;
+  int free_gpus = 0;
+  int64_t estimated_at = 0;
 };
 
 struct NodeStatus {
@@ -93,6 +121,7 @@ class Core {
                                                          const std::string& tag, size_t limit,
                                                          const std::string& after) const;
   std::vector<NodeStatus> ListNodes() const;
+  QueueSummary Queue(const Caller& caller) const;
 
   // --- admin ---
   Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
@@ -137,6 +166,13 @@ class Core {
   };
   // A command runs on the core thread with the state locked exclusively;
   // it adds the rows it changed to `batch`.
+  struct Snapshot {
+    std::vector<sched::NodeView> views;
+    std::vector<sched::PendingJob> queue;
+    std::vector<sched::RunningJob> running;
+  };
+  void BuildSnapshot(int64_t now, Snapshot& snap) const;
+  void EstimateLoop();
   using Command = std::function<Status(store::WriteBatch& batch)>;
   struct Pending {
     Command command;
@@ -197,6 +233,12 @@ class Core {
   bool stopping_ = false;
   bool started_ = false;
   std::thread thread_;
+
+  std::thread estimator_;
+  mutable std::mutex estimate_mu_;
+  std::condition_variable estimate_cv_;
+  std::unordered_map<std::string, int64_t> estimates_;  // queued job -> expected start
+  int64_t estimated_at_ = 0;
 
   mutable std::mutex notify_mu_;
   mutable std::condition_variable notify_cv_;

@@ -114,6 +114,7 @@ Response Api::Handle(const Request& req) {
   if (resource == "jobs") return Jobs(req, *caller, seg);
   if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, *caller);
   if (resource == "nodes") return Nodes(req, *caller, seg);
+  if (resource == "queue") return Queue(req, *caller, seg);
   if (resource == "admin") return Admin(req, *caller, seg);
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }

@@ -3,6 +3,7 @@
 //   jobs.cc    /v1/jobs, logs, outputs, /v1/code
 //   agent.cc   /v1/agent/...
 //   admin.cc   /v1/admin/..., /v1/nodes, /healthz
+//   queue.cc   /v1/queue
 // Every handler validates completely before it asks the core to change
 // anything, so a rejected request leaves nothing behind.
 #pragma once
@@ -37,6 +38,7 @@ class Api {
   Response Agent(const Request& req, const Caller& caller, const Segments& seg);
   Response Admin(const Request& req, const Caller& caller, const Segments& seg);
   Response Nodes(const Request& req, const Caller& caller, const Segments& seg);
+  Response Queue(const Request& req, const Caller& caller, const Segments& seg);
 
   Core* core_;
   BlobStore* blobs_;

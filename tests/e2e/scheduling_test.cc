@@ -119,5 +119,61 @@ TEST_F(SchedulingTest, ConstraintsPriorityAndBadInput) {
   EXPECT_NE(agent.err.find("KEY=VALUE"), std::string::npos) << agent.err;
 }
 
+TEST_F(SchedulingTest, QueueShowsWaitsAndExpectedStarts) {
+  std::string busy = Submit({{"name", "busy"},
+                             {"max_runtime", "40s"},
+                             {"resources", {{"gpu_count", 2}}},
+                             {"command", "sleep 60"}});
+  ASSERT_TRUE(Eventually([&] {
+    auto j = client_->GetJob(busy);
+    return j.ok() && j->status == api::JobStatus::kRunning;
+  }));
+  std::string next = Submit({{"name", "next"},
+                             {"max_runtime", "10s"},
+                             {"resources", {{"gpu_count", 2}, {"gpu_type", "RTX4090"}}},
+                             {"command", "true"}});
+  // The estimate follows from the running job's max_runtime.
+  api::Job queued;
+  ASSERT_TRUE(Eventually([&] {
+    auto j = client_->GetJob(next);
+    if (!j.ok() || j->expected_start == 0) return false;
+    queued = *j;
+    return true;
+  }, std::chrono::seconds(15)));
+  auto running = client_->GetJob(busy);
+  ASSERT_TRUE(running.ok());
+  EXPECT_NEAR(static_cast<double>(queued.expected_start),
+              static_cast<double>(running->started_at + 40'000), 1500.0);
+  auto q = cluster_.Cli({"queue", "-o", "json"}, token_);
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  json j = json::parse(q.out);
+  EXPECT_EQ(j["total_gpus"], 2);
+  EXPECT_EQ(j["free_gpus"], 0);
+  bool saw_pending = false, saw_running = false;
+  for (auto& g : j["by_gpu_type"]) {
+    if (g["gpu_type"] == "RTX4090") {
+      saw_pending = g["pending_jobs"] == 1 && g["pending_gpus"] == 2 && g["expected_wait_s"].is_number();
+    }
+    if (g["gpu_type"] == "any") saw_running = g["running_jobs"] == 1 && g["running_gpus"] == 2;
+  }
+  EXPECT_TRUE(saw_pending && saw_running) << q.out;
+  ASSERT_EQ(j["jobs"].size(), 1u);
+  EXPECT_EQ(j["jobs"][0]["id"], next);
+  EXPECT_NE(j["jobs"][0]["pending_reason"].get<std::string>().find("waiting for 2 RTX4090 GPUs"),
+            std::string::npos);
+  // Another user sees the totals but not alice's jobs.
+  std::string bob = cluster_.NewUser("bob");
+  auto theirs = cluster_.Cli({"queue", "-o", "json"}, bob);
+  ASSERT_EQ(theirs.exit_code, 0);
+  EXPECT_TRUE(json::parse(theirs.out)["jobs"].empty());
+  auto human = cluster_.Cli({"queue"}, token_);
+  EXPECT_NE(human.out.find("EXPECTED START"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("0 of 2 GPUs free"), std::string::npos) << human.out;
+  auto status = cluster_.Cli({"status", next}, token_);
+  EXPECT_NE(status.out.find("Expected start"), std::string::npos) << status.out;
+  ASSERT_TRUE(client_->CancelJob(next).ok());
+  ASSERT_TRUE(client_->CancelJob(busy).ok());
+}
+
 }  // namespace
 }  // namespace tide::e2e
