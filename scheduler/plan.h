@@ -51,6 +51,9 @@ struct Plan {
   std::vector<Preemption> preemptions;
   std::vector<Reservation> reservations;
   std::vector<PendingInfo> pending;  // every queued job not placed, in rank order
+  // Nodes held or reserved for waiting jobs. A later pass over only newer
+  // jobs that treats these as full cannot take what those jobs wait for.
+  std::vector<std::string> claimed;
   // Reason texts, shared by the jobs of one shape that wait the same way.
   std::vector<std::string> texts;
   // The queue (indices into ScheduleInput::queue) in the order the policy

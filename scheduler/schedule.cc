@@ -569,6 +569,9 @@ Plan Pass::Run() {
     if (!capacity) full.emplace(memo, std::make_pair(info.kind, info.text));
     plan_.pending.push_back(info);
   }
+  for (size_t node = 0; node < n; ++node) {
+    if (held_by_[node] >= 0 || reserved_from_[node] != kNever) plan_.claimed.push_back(in_.nodes[node].id);
+  }
   return std::move(plan_);
 }
 

@@ -263,6 +263,12 @@ void Core::SetStatus(JobEntry& e, JobStatus s) {
 
 void Core::Tick(store::WriteBatch& batch) {
   int64_t now_mono = clock_->MonotonicMs();
+  // Waiting work is re-ranked now and then even when nothing happens:
+  // service levels, fair-share usage and starvation change with time.
+  if (refine_reasons_ || (!queued_.empty() && now_mono - last_full_pass_mono_ >= 5'000)) {
+    schedule_needed_ = true;
+    refine_reasons_ = false;
+  }
   for (auto& [id, n] : nodes_) {
     if (n.node.state != api::NodeState::kReady) continue;
     if (now_mono - n.last_seen_mono < options_.node_timeout_ms) continue;
@@ -325,7 +331,7 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
 
 // What the scheduler sees, from the in-memory state (the caller holds
 // state_mu_, shared or exclusive).
-void Core::BuildSnapshot(int64_t now, Snapshot& snap) const {
+void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::string>* only) const {
   auto tier = [](const api::JobSpec& spec) {
     return spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
   };
@@ -369,9 +375,19 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap) const {
       snap.running.push_back(std::move(r));
     }
   }
-  snap.queue.reserve(queued_.size());
-  for (auto& [order, id] : queued_) {
-    const JobEntry& e = jobs_.at(id);
+  std::vector<const JobEntry*> queued;
+  if (only) {
+    for (const auto& id : *only) {
+      const JobEntry& e = jobs_.at(id);
+      if (e.job.status == JobStatus::kQueued) queued.push_back(&e);
+    }
+  } else {
+    queued.reserve(queued_.size());
+    for (auto& [order, id] : queued_) queued.push_back(&jobs_.at(id));
+  }
+  snap.queue.reserve(queued.size());
+  for (const JobEntry* entry : queued) {
+    const JobEntry& e = *entry;
     const auto& spec = e.job.spec;
     const auto& r = spec.resources;
     sched::PendingJob p;
@@ -395,16 +411,38 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap) const {
   }
 }
 
+// A full pass ranks the whole queue. After a batch of nothing but new
+// submissions, a pass over just the new jobs is enough to place them: every
+// older job still waits for nodes the last full pass claimed for it (held
+// or reserved), and those count as full here, so no new job can take what
+// an older one waits for. Reasons of new jobs that must wait are refined by
+// the next full pass, at the next tick.
 void Core::ScheduleLocked(store::WriteBatch& batch) {
+  bool full = schedule_needed_;
   schedule_needed_ = false;
+  std::vector<std::string> fresh = std::move(submitted_since_pass_);
   submitted_since_pass_.clear();
   if (queued_.empty()) return;
   int64_t now = clock_->NowMs();
   Snapshot snap;
-  BuildSnapshot(now, snap);
+  BuildSnapshot(now, snap, full ? nullptr : &fresh);
+  if (!full) {
+    for (auto& v : snap.views) {
+      if (!claimed_.count(v.id)) continue;
+      for (auto& g : v.gpus) g.free = false;
+    }
+  }
   const std::vector<sched::PendingJob>& queue = snap.queue;
   sched::Plan plan =
       sched::Schedule({snap.views, snap.queue, snap.running, fair_.Shares(now), sched_config_, now});
+  if (full) {
+    last_full_pass_mono_ = clock_->MonotonicMs();
+    claimed_ = std::set<std::string>(plan.claimed.begin(), plan.claimed.end());
+    waiting_after_pass_ = static_cast<int>(plan.pending.size());
+  } else {
+    claimed_.insert(plan.claimed.begin(), plan.claimed.end());
+    if (!plan.pending.empty()) refine_reasons_ = true;
+  }
 
   // Preemptions: the victim gets the notice (SIGTERM, notice file, grace)
   // and returns to the queue when its agent reports the exit.
@@ -469,11 +507,13 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
   }
   // Pending reasons are derived state: kept in memory, recomputed on every
   // pass, never worth a write of their own.
-  for (const auto& info : plan.pending) {
+  for (auto info : plan.pending) {
     auto je = jobs_.find(queue[info.job].id);
     if (je == jobs_.end()) continue;
+    if (!full && info.position > 0) info.position += waiting_after_pass_;
     je->second.job.pending_reason = sched::PendingReason(plan, info);
   }
+  if (!full) waiting_after_pass_ += static_cast<int>(plan.pending.size());
 }
 
 // ------------------------------------------------------------------ auth

@@ -171,7 +171,9 @@ class Core {
     std::vector<sched::PendingJob> queue;
     std::vector<sched::RunningJob> running;
   };
-  void BuildSnapshot(int64_t now, Snapshot& snap) const;
+  // With `only`, the queue holds just those jobs.
+  void BuildSnapshot(int64_t now, Snapshot& snap,
+                     const std::vector<std::string>* only = nullptr) const;
   void EstimateLoop();
   using Command = std::function<Status(store::WriteBatch& batch)>;
   struct Pending {
@@ -216,6 +218,10 @@ class Core {
   bool command_is_submission_ = false;
   std::vector<std::string> submitted_since_pass_;
   sched::SchedulerConfig sched_config_;
+  std::set<std::string> claimed_;  // nodes the last full pass held or reserved
+  int waiting_after_pass_ = 0;
+  bool refine_reasons_ = false;
+  int64_t last_full_pass_mono_ = 0;
   sched::FairShare fair_;
 
   // Delivery to agents (not durable: after a restart everything in flight
