@@ -3,6 +3,8 @@
 //
 //   tide admin user add NAME   creates a user and prints its API token
 //   tide admin join-token      creates a join token for `tide agent`
+//   tide admin node drain NODE    the node takes no new jobs (running ones go on)
+//   tide admin node undrain NODE  it takes new jobs again
 //
 // Secrets go alone on stdout (so `TOKEN=$(tide admin user add ada)` works);
 // what was created is said on stderr. -o json prints {"id", "token", ...}.
@@ -58,6 +60,18 @@ int RunJoinToken(OutputFormat format) {
   return kExitOk;
 }
 
+int RunDrain(const std::string& node, bool drain) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("POST", "/v1/admin/nodes/" + node + (drain ? "/drain" : "/undrain"));
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "Node " << JsonString(*answer, "name") << " ("
+            << JsonString(*answer, "id") << ") "
+            << (drain ? "is draining: it keeps its running jobs and takes no new ones.\n"
+                      : "takes new jobs again.\n");
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app) {
@@ -76,6 +90,17 @@ void AddAdminCommands(CLI::App& app) {
   CLI::App* join = admin->add_subcommand("join-token", "Create a join token for a new agent");
   AddOutputFlag(join, join_format.get());
   SetAction(join, [join_format] { return RunJoinToken(*join_format); });
+
+  CLI::App* node = admin->add_subcommand("node", "Drain or reopen a node");
+  node->require_subcommand(1);
+  for (bool drain : {true, false}) {
+    auto name = std::make_shared<std::string>();
+    CLI::App* c = node->add_subcommand(drain ? "drain" : "undrain",
+                                       drain ? "Stop placing new jobs on a node (running ones go on)"
+                                             : "Let a drained node take new jobs again");
+    c->add_option("node", *name, "Node name or id")->required();
+    SetAction(c, [name, drain] { return RunDrain(*name, drain); });
+  }
 }
 
 }  // namespace tide::cli

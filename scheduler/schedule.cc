@@ -120,6 +120,9 @@ class Pass {
   std::vector<int> held_by_;            // queue index of the holder, -1 none
   std::vector<bool> stopping_;          // per running job
   std::vector<int> running_level_;
+  bool spot_running_ = false;         // some running spot job could be a victim
+  bool preemptible_running_ = false;  // some running job may yield its level
+  bool stopping_running_ = false;     // some running job is being stopped
   std::vector<std::unique_ptr<ShapeIndex>> shapes_;
   std::unordered_multimap<uint64_t, uint32_t> shape_ids_;
   std::unordered_map<std::string, size_t> node_index_;
@@ -288,6 +291,9 @@ bool Pass::VictimFor(const PendingJob& job, int job_level, const RunningJob& r) 
 
 bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
   const PendingJob& job = in_.queue[qi];
+  bool tier_victims = job.tier == Tier::kOnDemand && spot_running_;
+  bool level_victims = cfg_.policy == Policy::kTide && preemptible_running_;
+  if (!tier_victims && !level_victims && !stopping_running_) return false;
   int level = cfg_.policy == Policy::kTide ? PendingLevel(job, cfg_, in_.now_ms) : 0;
   // Per usable node: GPUs free now plus those of work already stopping, and
   // the victims that would have to stop on top, best victims first.
@@ -462,6 +468,9 @@ Plan Pass::Run() {
     const RunningJob& job = in_.running[r];
     stopping_[r] = job.stopping;
     running_level_[r] = ServiceLevel(job.attained_gpu_s, cfg_);
+    spot_running_ = spot_running_ || (job.tier == Tier::kSpot && !job.stopping);
+    preemptible_running_ = preemptible_running_ || (job.preemptible && !job.stopping);
+    stopping_running_ = stopping_running_ || job.stopping;
     int64_t end = job.expected_end > 0 ? job.expected_end : kNever;
     if (end == kNever && cfg_.default_runtime_ms > 0) {
       end = std::max(in_.now_ms, job.started_at + cfg_.default_runtime_ms);
@@ -486,6 +495,17 @@ Plan Pass::Run() {
   };
   std::unordered_map<uint64_t, std::pair<WaitKind, uint32_t>> never;  // shape+size -> why
   std::unordered_map<uint64_t, std::pair<WaitKind, uint32_t>> full;   // + tier, level
+  std::unordered_map<uint64_t, std::pair<int64_t, uint32_t>> reserved_out;  // -> shortest runtime kept out
+  // "The free GPUs are reserved" texts, one per shape and kind of job.
+  std::unordered_map<std::string, uint32_t> reserved_texts;
+  auto ReservedText = [&](const PendingJob& job) {
+    std::string text = "the free " + Describe(job) + " are reserved for jobs ranked ahead; " +
+                       (job.max_runtime_ms > 0 ? "it would end after their reservation"
+                                               : "set max_runtime to let it backfill");
+    auto it = reserved_texts.find(text);
+    if (it == reserved_texts.end()) it = reserved_texts.emplace(text, Text(text)).first;
+    return it->second;
+  };
   int waiting = 0;
   int reservations = 0;
   for (uint32_t qi : plan_.ranked) {
@@ -510,6 +530,18 @@ Plan Pass::Run() {
     }
     int level = cfg_.policy == Policy::kTide ? PendingLevel(job, cfg_, in_.now_ms) : 0;
     uint64_t memo = memo_key(shape_id, job, level);
+    // Blocked only by reservations ahead: so is every later job of the
+    // shape that would run at least as long.
+    const int64_t runtime = job.max_runtime_ms > 0 ? job.max_runtime_ms : INT64_MAX;
+    auto behind = reserved_out.find(memo);
+    if (behind != reserved_out.end() && runtime >= behind->second.first) {
+      info.position = ++waiting;
+      info.kind = WaitKind::kBehind;
+      info.text = ReservedText(job);
+      if (reservations < cfg_.max_reservations && Reserve(qi, s, &info)) ++reservations;
+      plan_.pending.push_back(info);
+      continue;
+    }
     auto known = full.find(memo);
     if (known != full.end()) {
       info.position = ++waiting;
@@ -545,9 +577,7 @@ Plan Pass::Run() {
     }
     if (capacity) {
       info.kind = WaitKind::kBehind;
-      info.text = Text("the free " + Describe(job) + " are reserved for jobs ranked ahead; " +
-                       (job.max_runtime_ms > 0 ? "it would end after their reservation"
-                                               : "set max_runtime to let it backfill"));
+      info.text = ReservedText(job);
     } else if (held_holder >= 0) {
       info.kind = WaitKind::kBehind;
       info.text = Text("behind " + in_.queue[static_cast<size_t>(held_holder)].id +
@@ -566,7 +596,12 @@ Plan Pass::Run() {
     } else if (reservations < cfg_.max_reservations && Reserve(qi, s, &info)) {
       ++reservations;
     }
-    if (!capacity) full.emplace(memo, std::make_pair(info.kind, info.text));
+    if (!capacity) {
+      full.emplace(memo, std::make_pair(info.kind, info.text));
+    } else {
+      auto& r = reserved_out[memo];
+      if (r.first == 0 || runtime < r.first) r = {runtime, info.text};
+    }
     plan_.pending.push_back(info);
   }
   for (size_t node = 0; node < n; ++node) {

@@ -767,6 +767,25 @@ Result<std::string> Core::CreateJoinToken() {
   return token;
 }
 
+Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining) {
+  api::Node out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    for (auto& [id, n] : nodes_) {
+      if (id != id_or_name && n.node.name != id_or_name) continue;
+      if (n.node.draining != draining) {
+        n.node.draining = draining;
+        PersistNode(n, batch);
+        spdlog::info("node {} ({}) {}", n.node.name, id, draining ? "draining" : "open again");
+      }
+      out = n.node;
+      return Status::Ok();
+    }
+    return Status::NotFound("no node " + id_or_name);
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
 // ------------------------------------------------------------------ agents
 
 Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& caller,

@@ -126,6 +126,8 @@ class Core {
   // --- admin ---
   Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
   Result<std::string> CreateJoinToken();
+  // A draining node keeps its running jobs and takes no new ones.
+  Result<api::Node> SetDraining(const std::string& id_or_name, bool draining);
 
   // --- agents ---
   // With a join token: a new node. With a node token: the same node again.

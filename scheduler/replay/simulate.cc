@@ -234,23 +234,39 @@ void Replay::Run() {
     if (next < ids_.size()) now = trace_[ids_[next]].submit_s;
     if (!events_.empty()) now = std::min(now, events_.top().at);
     bool changed = false;
+    bool freed = false;  // GPUs came free: waiting work may start
+    int min_arrival = INT32_MAX;
     while (!events_.empty() && events_.top().at == now) {
       Event e = events_.top();
       events_.pop();
       if (state_[e.job].version != e.version || !state_[e.job].running) continue;
       if (e.kind == 0) {
         Stop(e.job, now, true);
+        freed = true;
       } else {
         Wake(e.job, now);
       }
       changed = true;
     }
     while (next < ids_.size() && trace_[ids_[next]].submit_s == now) {
+      const JobState& s = state_[ids_[next]];
+      min_arrival = std::min(min_arrival, s.per_node);
       Arrive(ids_[next++], now);
       changed = true;
     }
     if (!changed || queue_.empty()) continue;
-    if (free_gpus_ == 0 && !can_preempt) continue;  // nothing could start
+    if (!can_preempt && !freed) {
+      // Only arrivals: everything older already failed to use the free
+      // GPUs, so a pass can only start a newcomer, and only where one node
+      // has as many free GPUs as it needs per node.
+      int most_free = 0;
+      for (const auto& n : nodes_) {
+        int f = 0;
+        for (const auto& g : n.gpus) f += g.free ? 1 : 0;
+        most_free = std::max(most_free, f);
+      }
+      if (most_free < min_arrival) continue;
+    }
     std::map<std::string, AccountShare> shares;
     if (opt_.config.policy == Policy::kFair || tide) shares = fair_.Shares(now * kMs);
     if (tide) {

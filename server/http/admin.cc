@@ -34,6 +34,12 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     if (!token.ok()) return ErrorResponse(token.status());
     return JsonResponse(201, {{"token", *token}});
   }
+  if (seg.size() == 5 && seg[2] == "nodes" && (seg[4] == "drain" || seg[4] == "undrain") &&
+      req.method == "POST") {
+    auto node = core_->SetDraining(seg[3], seg[4] == "drain");
+    if (!node.ok()) return ErrorResponse(node.status());
+    return JsonResponse(200, api::ToJson(*node));
+  }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }
 

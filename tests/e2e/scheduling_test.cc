@@ -119,6 +119,23 @@ TEST_F(SchedulingTest, ConstraintsPriorityAndBadInput) {
   EXPECT_NE(agent.err.find("KEY=VALUE"), std::string::npos) << agent.err;
 }
 
+TEST_F(SchedulingTest, DrainedNodeTakesNoNewJobs) {
+  std::string admin = ReadAll(cluster_.dir() + "/server/admin.token");
+  admin.erase(admin.find_last_not_of("\n") + 1);
+  auto drain = cluster_.Cli({"admin", "node", "drain", "eu1"}, admin);
+  ASSERT_EQ(drain.exit_code, 0) << drain.out << drain.err;
+  EXPECT_NE(drain.out.find("is draining"), std::string::npos);
+  std::string id = Submit({{"name", "later"}, {"command", "echo ran"}});
+  auto j = client_->GetJob(id);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->status, api::JobStatus::kQueued);
+  EXPECT_EQ(j->pending_reason, "every node is draining");
+  EXPECT_NE(cluster_.Cli({"admin", "node", "drain", "nope"}, admin).exit_code, 0);
+  EXPECT_NE(cluster_.Cli({"admin", "node", "drain", "eu1"}, token_).exit_code, 0);  // not an admin
+  ASSERT_EQ(cluster_.Cli({"admin", "node", "undrain", "eu1"}, admin).exit_code, 0);
+  EXPECT_EQ(WaitTerminal(*client_, id).status, api::JobStatus::kCompleted);
+}
+
 TEST_F(SchedulingTest, QueueShowsWaitsAndExpectedStarts) {
   std::string busy = Submit({{"name", "busy"},
                              {"max_runtime", "40s"},
