@@ -105,17 +105,24 @@ void Replay::Arrive(size_t j, int64_t now) {
   queue_job_.push_back(j);
 }
 
-void Replay::RemoveQueued(size_t j) {
-  size_t pos = state_[j].queue_pos;
-  size_t last = queue_.size() - 1;
+// Removes entry `pos` of `items` (and of the parallel `jobs`) by moving the
+// last one into its place; `slot` gives the JobState field that tracks it.
+template <typename T>
+void SwapRemove(std::vector<T>& items, std::vector<size_t>& jobs, std::vector<JobState>& state,
+                size_t JobState::*slot, size_t pos) {
+  size_t removed = jobs[pos], last = items.size() - 1;
   if (pos != last) {
-    queue_[pos] = std::move(queue_[last]);
-    queue_job_[pos] = queue_job_[last];
-    state_[queue_job_[pos]].queue_pos = pos;
+    items[pos] = std::move(items[last]);
+    jobs[pos] = jobs[last];
+    state[jobs[pos]].*slot = pos;
   }
-  queue_.pop_back();
-  queue_job_.pop_back();
-  state_[j].queue_pos = SIZE_MAX;
+  items.pop_back();
+  jobs.pop_back();
+  state[removed].*slot = SIZE_MAX;
+}
+
+void Replay::RemoveQueued(size_t j) {
+  SwapRemove(queue_, queue_job_, state_, &JobState::queue_pos, state_[j].queue_pos);
 }
 
 void Replay::Start(size_t j, const Placement& p, int64_t now) {
@@ -183,15 +190,7 @@ void Replay::Stop(size_t j, int64_t now, bool finished) {
     free_gpus_ += static_cast<int>(idx.size());
   }
   s.allocs.clear();
-  size_t pos = s.run_pos, last = running_.size() - 1;
-  if (pos != last) {
-    running_[pos] = std::move(running_[last]);
-    running_job_[pos] = running_job_[last];
-    state_[running_job_[pos]].run_pos = pos;
-  }
-  running_.pop_back();
-  running_job_.pop_back();
-  s.run_pos = SIZE_MAX;
+  SwapRemove(running_, running_job_, state_, &JobState::run_pos, s.run_pos);
   s.running = false;
   ++s.version;
   if (finished) {

@@ -1,5 +1,7 @@
 #include "tests/e2e/harness.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -128,6 +130,12 @@ bool ProcessGone(pid_t pid) {
   auto close_paren = stat.rfind(')');
   return close_paren != std::string::npos && close_paren + 2 < stat.size() &&
          stat[close_paren + 2] == 'Z';
+}
+
+std::string SubmitOk(api::Client& client, const nlohmann::json& spec) {
+  auto job = client.SubmitJob(spec);
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  return job.ok() ? job->id : "";
 }
 
 api::Job WaitTerminal(api::Client& client, const std::string& id,

@@ -90,6 +90,8 @@ bool Eventually(const std::function<bool()>& cond,
 
 std::string ReadAll(const std::string& path);
 std::string MakeTempDir(const std::string& prefix);
+// Submits `spec`, failing the test (and returning "") if it is refused.
+std::string SubmitOk(api::Client& client, const nlohmann::json& spec);
 // Waits for a job to reach a terminal status; returns it.
 api::Job WaitTerminal(api::Client& client, const std::string& id,
                       std::chrono::milliseconds timeout = std::chrono::seconds(60));

@@ -24,11 +24,7 @@ class JobsTest : public ::testing::Test {
     token_ = cluster_.NewUser("alice");
     client_ = cluster_.ClientFor(token_);
   }
-  std::string Submit(const json& spec) {
-    auto job = client_->SubmitJob(spec);
-    EXPECT_TRUE(job.ok()) << job.status().ToString();
-    return job.ok() ? job->id : "";
-  }
+  std::string Submit(const json& spec) { return SubmitOk(*client_, spec); }
   Cluster cluster_;
   std::string token_;
   std::unique_ptr<api::Client> client_;
