@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "scheduler/replay/simulate.h"
@@ -197,6 +199,39 @@ TEST(Simulate, SameTraceSameResult) {
       EXPECT_EQ(a.per_job[i].finish_s, b.per_job[i].finish_s);
       EXPECT_GE(a.per_job[i].finish_s - a.per_job[i].start_s, t.jobs[i].duration_s);
     }
+  }
+}
+
+// Golden replays: a small three-account trace on two 8-GPU nodes under each
+// policy, job by job, against the results in testdata/. A change to the
+// core that moves any start or finish shows here; after checking the
+// change is intended, rewrite them with TIDE_UPDATE_GOLDEN=1.
+TEST(Simulate, GoldenReplays) {
+  std::ifstream in(std::string(TIDE_TESTDATA) + "/small.csv");
+  ASSERT_TRUE(in) << "missing testdata";
+  auto trace = LoadTrace(in, "small.csv", "csv");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  for (auto p : {sched::Policy::kFifo, sched::Policy::kFair, sched::Policy::kTide,
+                 sched::Policy::kSjfOracle}) {
+    SimOptions o;
+    o.config.policy = p;
+    o.config.backfill = p == sched::Policy::kFair || p == sched::Policy::kTide;
+    auto r = Simulate(trace->jobs, *ParseCluster("2x8"), o);
+    std::string got = "id,start_s,finish_s,attempts\n";
+    for (const auto& j : r.per_job) {
+      got += j.id + "," + std::to_string(j.start_s) + "," + std::to_string(j.finish_s) + "," +
+             std::to_string(j.attempts) + "\n";
+    }
+    std::string path = std::string(TIDE_TESTDATA) + "/small." + PolicyName(p) + ".golden";
+    if (std::getenv("TIDE_UPDATE_GOLDEN")) {
+      std::ofstream(path) << got;
+      continue;
+    }
+    std::ifstream want_in(path);
+    ASSERT_TRUE(want_in) << "no " << path << " (run with TIDE_UPDATE_GOLDEN=1 to write it)";
+    std::stringstream want;
+    want << want_in.rdbuf();
+    EXPECT_EQ(got, want.str()) << PolicyName(p);
   }
 }
 
