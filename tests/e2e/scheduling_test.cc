@@ -3,6 +3,8 @@
 // the queue summary.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "tests/e2e/harness.h"
 
 namespace tide::e2e {
@@ -186,6 +188,51 @@ TEST_F(SchedulingTest, QueueShowsWaitsAndExpectedStarts) {
   EXPECT_NE(status.out.find("Expected start"), std::string::npos) << status.out;
   ASSERT_TRUE(client_->CancelJob(next).ok());
   ASSERT_TRUE(client_->CancelJob(busy).ok());
+}
+
+TEST(SimTest, ReplaysATraceAndRefusesBadInput) {
+  std::string dir = MakeTempDir("tide-sim");
+  std::ofstream(dir + "/t.csv") << "gpus,submit_time,duration,account\n1,0,100,a\n2,10,50,b\n8,20,10,a\n";
+  std::ofstream(dir + "/bad.csv") << "submit_time,duration,gpus\n0,100,1\n5,ten,1\n";
+  Cluster none;  // only for Cli(); no server is needed
+  auto ok = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8", "--policy", "fifo",
+                      "-o", "json", "--per-job", dir + "/jobs.csv"},
+                     "");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  json r = json::parse(ok.out);
+  EXPECT_EQ(r["jobs"], 3);
+  EXPECT_EQ(r["policy"], "fifo");
+  for (const char* k : {"avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+                        "gpu_utilization"}) {
+    EXPECT_TRUE(r[k].is_number()) << k;
+  }
+  EXPECT_EQ(r["makespan_s"], 110);  // the 8-GPU job waits for both others
+  std::string per_job = ReadAll(dir + "/jobs.csv");
+  EXPECT_EQ(per_job.rfind("id,account,gpus,submit_s,duration_s,start_s,finish_s,jct_s,queue_s,attempts,note\n", 0), 0u);
+  EXPECT_NE(per_job.find("t3,a,8,20,10,100,110,90,80,1,"), std::string::npos) << per_job;
+  auto table = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8"}, "");
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find("policy            tide"), std::string::npos) << table.out;
+
+  auto bad_line = none.Cli({"sim", "--trace", dir + "/bad.csv", "--cluster", "1x8"}, "");
+  EXPECT_NE(bad_line.exit_code, 0);
+  EXPECT_NE(bad_line.err.find("bad.csv:3: duration \"ten\" is not a number of seconds"),
+            std::string::npos) << bad_line.err;
+  auto bad_policy = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8", "--policy", "lifo"}, "");
+  EXPECT_NE(bad_policy.exit_code, 0);
+  EXPECT_NE(bad_policy.err.find("unknown policy \"lifo\""), std::string::npos) << bad_policy.err;
+  auto bad_cluster = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "8xx"}, "");
+  EXPECT_NE(bad_cluster.exit_code, 0);
+  EXPECT_NE(bad_cluster.err.find("--cluster"), std::string::npos) << bad_cluster.err;
+  auto bad_factor = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8",
+                              "--walltime-factor", "0.5"}, "");
+  EXPECT_NE(bad_factor.exit_code, 0);
+  auto no_dates = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8", "--since", "2017-10-01"}, "");
+  EXPECT_NE(no_dates.exit_code, 0);
+  EXPECT_NE(no_dates.err.find("no dates"), std::string::npos) << no_dates.err;
+  auto missing = none.Cli({"sim", "--trace", dir + "/nope.csv", "--cluster", "1x8"}, "");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("cannot read trace"), std::string::npos) << missing.err;
 }
 
 }  // namespace
