@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/common.h"
+#include "common/duration.h"
 
 namespace tide::cli {
 
@@ -15,7 +16,8 @@ struct QueueOptions {
 
 std::string Wait(const json& seconds) {
   if (!seconds.is_number_integer()) return "-";
-  return FormatAge(seconds.get<int64_t>() * 1000, 0);
+  int64_t s = seconds.get<int64_t>();
+  return s <= 0 ? "none" : FormatDurationSeconds(s);
 }
 
 int RunQueue(const QueueOptions& opts) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "tests/e2e/harness.h"
 
@@ -184,6 +185,15 @@ TEST_F(SchedulingTest, QueueShowsWaitsAndExpectedStarts) {
   auto human = cluster_.Cli({"queue"}, token_);
   EXPECT_NE(human.out.find("EXPECTED START"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("0 of 2 GPUs free"), std::string::npos) << human.out;
+  {
+    std::istringstream lines(human.out);
+    std::string line;
+    bool shown = false;
+    while (std::getline(lines, line)) {
+      if (line.rfind("RTX4090", 0) == 0) shown = line.back() != '-';
+    }
+    EXPECT_TRUE(shown) << "the group's expected wait is shown: " << human.out;
+  }
   auto status = cluster_.Cli({"status", next}, token_);
   EXPECT_NE(status.out.find("Expected start"), std::string::npos) << status.out;
   ASSERT_TRUE(client_->CancelJob(next).ok());
