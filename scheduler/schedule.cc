@@ -306,9 +306,13 @@ bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
   std::vector<Option> options;  // enough with new victims
   for (size_t node = 0; node < in_.nodes.size(); ++node) {
     if (s.usable[node] < job.gpu_count || held_by_[node] >= 0) continue;
-    // Where the GPUs are free already, or the node is reserved for a job
-    // ranked ahead, stopping work cannot help this job.
-    if (s.free[node] >= job.gpu_count || reserved_from_[node] != kNever) continue;
+    // A node reserved for a job ranked ahead is not this job's to take.
+    if (reserved_from_[node] != kNever) continue;
+    if (s.free[node] >= job.gpu_count) {
+      // Free already (a gang's other nodes may still need victims).
+      if (job.nodes > 1 && HostRoom(job, node)) options.push_back({node, 0, {}});
+      continue;
+    }
     int have = s.free[node];
     std::vector<std::pair<int, int>> cands;  // (running index, matching GPUs)
     for (const auto& o : occupants_[node]) {
@@ -381,11 +385,12 @@ bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
   std::sort(soon.begin(), soon.end(), better);
   std::set<int> victims;
   size_t taken_soon = soon.size();
-  for (auto& o : soon) Hold(o.node, qi);
   for (size_t i = 0; i + taken_soon < static_cast<size_t>(job.nodes); ++i) {
     victims.insert(options[i].chosen.begin(), options[i].chosen.end());
-    Hold(options[i].node, qi);
   }
+  if (victims.empty() && taken_soon == 0) return false;  // nothing to stop
+  for (auto& o : soon) Hold(o.node, qi);
+  for (size_t i = 0; i + taken_soon < static_cast<size_t>(job.nodes); ++i) Hold(options[i].node, qi);
   for (int ri : victims) {
     stopping_[static_cast<size_t>(ri)] = true;
     plan_.preemptions.push_back({in_.running[static_cast<size_t>(ri)].id, job.id});
@@ -529,7 +534,10 @@ Plan Pass::Run() {
       continue;  // cannot run anywhere: it holds nothing back
     }
     int level = cfg_.policy == Policy::kTide ? PendingLevel(job, cfg_, in_.now_ms) : 0;
-    uint64_t memo = memo_key(shape_id, job, level);
+    // Whether it has waited long enough to preempt for its level changes
+    // what it may do, so it is part of the memo.
+    bool waited = in_.now_ms - job.queued_since >= cfg_.las_preempt_after_ms;
+    uint64_t memo = memo_key(shape_id, job, level) ^ (waited ? (1ull << 62) : 0);
     // Blocked only by reservations ahead: so is every later job of the
     // shape that would run at least as long.
     const int64_t runtime = job.max_runtime_ms > 0 ? job.max_runtime_ms : INT64_MAX;

@@ -55,18 +55,30 @@ Status Core::Recover() {
       if (it != nodes_.end()) {
         it->second.leases[e.job.id] = e.job.gpus;
       } else {
-        // A lease on a node we do not know cannot be honoured.
+        // A lease on a node we do not know cannot be honoured: the attempt
+        // ends here and the job waits for its next one.
+        int64_t now = clock_->NowMs();
+        if (!e.job.attempts.empty() && e.job.attempts.back().finished_at == 0) {
+          e.job.attempts.back().finished_at = now;
+          e.job.attempts.back().reason = "node_lost";
+        }
         e.job.status = JobStatus::kQueued;
+        e.job.reason = "node_lost";
+        e.job.attempt += 1;
+        e.job.preempt_requested = false;
         queued_[e.order] = e.job.id;
         e.job.node_id.clear();
         e.job.gpus.clear();
+        e.job.started_at = 0;
       }
     }
   }
   // Fair-share usage is derived from the attempts, charged in time order.
   std::vector<std::tuple<int64_t, std::string, double>> used;
   for (auto& [id, e] : jobs_) {
+    // Back in the queue since its last attempt ended, or since it was submitted.
     e.queued_since = e.job.created_at;
+    if (!e.job.attempts.empty()) e.queued_since = std::max(e.queued_since, e.job.attempts.back().finished_at);
     for (const auto& a : e.job.attempts) {
       if (a.started_at > 0 && a.finished_at > a.started_at) {
         used.emplace_back(a.finished_at, e.job.owner,
@@ -422,19 +434,34 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
   schedule_needed_ = false;
   std::vector<std::string> fresh = std::move(submitted_since_pass_);
   submitted_since_pass_.clear();
-  if (queued_.empty()) return;
+  if (queued_.empty()) {
+    claimed_.clear();
+    waiting_after_pass_ = 0;
+    return;
+  }
   int64_t now = clock_->NowMs();
   Snapshot snap;
-  BuildSnapshot(now, snap, full ? nullptr : &fresh);
-  if (!full) {
-    for (auto& v : snap.views) {
-      if (!claimed_.count(v.id)) continue;
-      for (auto& g : v.gpus) g.free = false;
+  sched::Plan plan;
+  while (true) {
+    snap = Snapshot{};
+    BuildSnapshot(now, snap, full ? nullptr : &fresh);
+    if (!full) {
+      for (auto& v : snap.views) {
+        if (!claimed_.count(v.id)) continue;
+        for (auto& g : v.gpus) g.free = false;
+      }
     }
+    plan = sched::Schedule(
+        {snap.views, snap.queue, snap.running, fair_.Shares(now), sched_config_, now});
+    // Stopping work cannot be undone: only a full pass, which sees what the
+    // claimed nodes really have free, may decide it.
+    if (!full && !plan.preemptions.empty()) {
+      full = true;
+      continue;
+    }
+    break;
   }
   const std::vector<sched::PendingJob>& queue = snap.queue;
-  sched::Plan plan =
-      sched::Schedule({snap.views, snap.queue, snap.running, fair_.Shares(now), sched_config_, now});
   if (full) {
     last_full_pass_mono_ = clock_->MonotonicMs();
     claimed_ = std::set<std::string>(plan.claimed.begin(), plan.claimed.end());
@@ -979,7 +1006,7 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
       PersistJob(e, batch);
       return Status::Ok();
     }
-    if (e.job.preempt_requested && !e.job.cancel_requested) {
+    if (e.job.preempt_requested && !e.job.cancel_requested && ev.reason == "preempted") {
       // Stopped for higher-ranked work: back to the queue, same id, next
       // attempt. Whatever the exit, it does not count as a failure.
       RequeueLocked(e, "preempted");
