@@ -379,8 +379,9 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
       r.priority = e.job.spec.priority;
       r.allocs = {{id, gpus}};
       r.started_at = e.job.started_at;
-      if (e.job.spec.max_runtime_s > 0 && e.job.started_at > 0) {
-        r.expected_end = e.job.started_at + e.job.spec.max_runtime_s * 1000;
+      if (e.job.spec.max_runtime_s > 0) {  // a starting job's clock starts about now
+        r.expected_end = (e.job.started_at > 0 ? e.job.started_at : now) +
+                         e.job.spec.max_runtime_s * 1000;
       }
       r.attained_gpu_s = attained(e.job, now);
       r.stopping = !StopReason(e.job).empty();
@@ -410,6 +411,8 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     p.gpu_count = r.gpu_count;
     p.gpu_types = r.gpu_types;
     p.gpu_memory_mb = r.gpu_memory_mb;
+    p.cpus = r.cpus;
+    p.memory_mb = r.memory_mb;
     p.constraints = spec.constraints;
     p.max_price = spec.max_price;
     p.max_runtime_ms = spec.max_runtime_s * 1000;
