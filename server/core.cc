@@ -15,6 +15,16 @@ namespace tide::server {
 using api::Job;
 using api::JobStatus;
 
+namespace {
+// GPU-seconds an attempt has used: up to its end, or up to `now` while it runs.
+double AttemptGpuSeconds(const api::Attempt& a, int64_t now) {
+  if (a.started_at == 0) return 0;
+  int64_t end = a.finished_at > 0 ? a.finished_at : now;
+  return static_cast<double>(std::max<int64_t>(0, end - a.started_at)) / 1000.0 *
+         static_cast<double>(a.gpus.size());
+}
+}  // namespace
+
 Core::Core(store::Store* store, Clock* clock, CoreOptions options)
     : store_(store), clock_(clock), options_(options) {}
 
@@ -80,11 +90,7 @@ Status Core::Recover() {
     e.queued_since = e.job.created_at;
     if (!e.job.attempts.empty()) e.queued_since = std::max(e.queued_since, e.job.attempts.back().finished_at);
     for (const auto& a : e.job.attempts) {
-      if (a.started_at > 0 && a.finished_at > a.started_at) {
-        used.emplace_back(a.finished_at, e.job.owner,
-                          static_cast<double>(a.finished_at - a.started_at) / 1000.0 *
-                              static_cast<double>(a.gpus.size()));
-      }
+      if (a.finished_at > 0) used.emplace_back(a.finished_at, e.job.owner, AttemptGpuSeconds(a, 0));
     }
   }
   std::sort(used.begin(), used.end());
@@ -308,10 +314,7 @@ void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<i
     a.finished_at = now;
     a.reason = reason;
     a.exit_code = exit_code;
-    if (a.started_at > 0) {
-      fair_.Charge(e.job.owner, static_cast<double>(now - a.started_at) / 1000.0 *
-                                    static_cast<double>(a.gpus.size()), now);
-    }
+    fair_.Charge(e.job.owner, AttemptGpuSeconds(a, now), now);
   }
   auto n = nodes_.find(e.job.node_id);
   if (n != nodes_.end()) n->second.leases.erase(e.job.id);
@@ -348,13 +351,9 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     return spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
   };
   // GPU-seconds of the attempts a job has had: its attained service.
-  auto attained = [&](const Job& job, int64_t now) {
+  auto attained = [](const Job& job, int64_t now) {
     double s = 0;
-    for (const auto& a : job.attempts) {
-      if (a.started_at == 0) continue;
-      int64_t end = a.finished_at > 0 ? a.finished_at : now;
-      s += static_cast<double>(end - a.started_at) / 1000.0 * static_cast<double>(a.gpus.size());
-    }
+    for (const auto& a : job.attempts) s += AttemptGpuSeconds(a, now);
     return static_cast<int64_t>(s);
   };
   for (auto& [id, n] : nodes_) {

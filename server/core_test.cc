@@ -202,6 +202,49 @@ TEST_F(CoreTest, HeartbeatCancelsJobsNotLeased) {
   EXPECT_EQ(work->cancels[0].job_id, "j-unknown");
 }
 
+TEST_F(CoreTest, PreemptedSpotJobRequeuesOnlyWhenItStoppedForThePreemption) {
+  Caller alice = User("alice");
+  std::string node = AddNode("n1", 2);
+  auto start_spot = [&]() {
+    api::JobSpec spot = Spec(2);
+    spot.tier = "spot";
+    auto s = core_->SubmitJob(alice, spot, "");
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);
+    EXPECT_TRUE(core_->JobEvent(node, s->first.id, {1, "running", std::nullopt, "", ""}).ok());
+    return s->first.id;
+  };
+  // The spot job stops for the on-demand one and comes back as attempt 2.
+  std::string spot = start_spot();
+  auto urgent = core_->SubmitJob(alice, Spec(2), "");
+  ASSERT_TRUE(urgent.ok());
+  EXPECT_EQ(urgent->first.status, JobStatus::kQueued);
+  EXPECT_TRUE(core_->GetJob(alice, spot)->preempt_requested);
+  auto work = core_->PollWork(node, 0);
+  ASSERT_EQ(work->cancels.size(), 1u);
+  EXPECT_EQ(work->cancels[0].reason, "preempted");
+  ASSERT_TRUE(core_->JobEvent(node, spot, {1, "exited", 143, "preempted", ""}).ok());
+  auto requeued = core_->GetJob(alice, spot);
+  EXPECT_EQ(requeued->status, JobStatus::kQueued);
+  EXPECT_EQ(requeued->attempt, 2);
+  EXPECT_EQ(requeued->reason, "preempted");
+  EXPECT_FALSE(requeued->preempt_requested);
+  EXPECT_EQ(core_->GetJob(alice, urgent->first.id)->status, JobStatus::kStarting);
+  ASSERT_TRUE(core_->CancelJob(alice, spot).ok());
+  ASSERT_TRUE(core_->CancelJob(alice, urgent->first.id).ok());  // never delivered: ends at once
+
+  // A spot job that finished on its own before the notice arrived is done,
+  // not run again.
+  std::string done = start_spot();
+  auto second = core_->SubmitJob(alice, Spec(2), "");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(core_->GetJob(alice, done)->preempt_requested);
+  ASSERT_TRUE(core_->JobEvent(node, done, {1, "exited", 0, "", ""}).ok());
+  auto finished = core_->GetJob(alice, done);
+  EXPECT_EQ(finished->status, JobStatus::kCompleted);
+  EXPECT_EQ(finished->attempt, 1);
+}
+
 TEST_F(CoreTest, IdempotencyKeyCreatesOnce) {
   Caller alice = User("alice");
   auto a = core_->SubmitJob(alice, Spec(), "key-1");
