@@ -169,6 +169,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   req.hostname = host;
   req.gpus = gpus_;
   req.labels = options_.labels;
+  req.address = options_.advertise_addr;
   RegisterOptions ro;
   ro.server = options_.server;
   ro.data_dir = data_dir_;
@@ -333,15 +334,18 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
     if (stopping_) continue;  // the server requeues it once we are gone
     std::string gpus;
     for (int g : job.gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-    spdlog::info("job {} attempt {}: assigned ({}), gpus [{}]", job.id, job.attempt,
-                 job.spec.name.empty() ? job.spec.command.front() : job.spec.name, gpus);
+    spdlog::info("job {} attempt {}: assigned ({}), gpus [{}]{}", job.id, job.attempt,
+                 job.spec.name.empty() ? job.spec.command.front() : job.spec.name, gpus,
+                 a.gang.nnodes > 1 ? " as rank " + std::to_string(a.gang.rank) + " of " +
+                                         std::to_string(a.gang.nnodes)
+                                   : std::string());
     RunnerDeps deps;
     deps.server = options_.server;
     deps.node_token = identity_.node_token;
     deps.data_dir = data_dir_;
     deps.runtime = runtime_.get();
     deps.node_gpus = gpus_;
-    auto runner = std::make_unique<JobRunner>(job, std::move(deps));
+    auto runner = std::make_unique<JobRunner>(job, std::move(deps), a.gang);
     runner->Start();
     runners_[key] = std::move(runner);
   }

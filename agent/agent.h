@@ -16,6 +16,9 @@ struct AgentOptions {
   std::string fake_gpus;  // "4xRTX4090:24GB,2xA100:80GB"; empty = NVML
   // Node labels jobs can require with `constraints` (region=eu, ...).
   std::map<std::string, std::string> labels;
+  // Where the other nodes of a gang job reach this one (MASTER_ADDR); empty:
+  // the address the server sees this agent connect from.
+  std::string advertise_addr;
   int64_t heartbeat_interval_ms = 2'000;
   std::string log_level = "info";
 

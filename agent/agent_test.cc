@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/job_runner.h"
 #include "agent/runtime/process_tree.h"
 #include "agent/testing/fake_agent_server.h"
 #include "common/archive.h"
@@ -114,6 +115,36 @@ class AgentTest : public ::testing::Test {
   std::thread agent_;
   std::atomic<int> exit_code_{-1};
 };
+
+TEST(BuildJobEnv, SaysWhereTheNodeIsInTheJob) {
+  api::Job job;
+  job.id = "j-1";
+  job.attempt = 2;
+  job.gpus = {1, 3};
+  job.spec.env = {{"WORLD_SIZE", "7"}, {"MINE", "x"}};
+  std::vector<api::Gpu> gpus(4);
+  for (int i = 0; i < 4; ++i) {
+    gpus[i].index = i;
+    gpus[i].uuid = "GPU-" + std::to_string(i);
+  }
+  JobPaths paths = PathsFor("/d", job.id, job.attempt);
+  auto single = BuildJobEnv(job, {}, paths, gpus);
+  EXPECT_EQ(single["CUDA_VISIBLE_DEVICES"], "1,3");
+  EXPECT_EQ(single["TIDE_GPU_UUIDS"], "GPU-1,GPU-3");
+  EXPECT_EQ(single["TIDE_NODE_RANK"], "0");
+  EXPECT_EQ(single["TIDE_NNODES"], "1");
+  EXPECT_EQ(single["WORLD_SIZE"], "2");  // Tide's value wins over the spec's
+  EXPECT_EQ(single["MINE"], "x");
+  EXPECT_EQ(single.count("MASTER_ADDR"), 0u);
+
+  auto rank = BuildJobEnv(job, {2, 4, "10.0.0.5", 29517}, paths, gpus);
+  EXPECT_EQ(rank["TIDE_NODE_RANK"], "2");
+  EXPECT_EQ(rank["TIDE_NNODES"], "4");
+  EXPECT_EQ(rank["TIDE_GPUS_PER_NODE"], "2");
+  EXPECT_EQ(rank["WORLD_SIZE"], "8");
+  EXPECT_EQ(rank["MASTER_ADDR"], "10.0.0.5");
+  EXPECT_EQ(rank["MASTER_PORT"], "29517");
+}
 
 TEST_F(AgentTest, RunsAJobAndReportsEverything) {
   StartAgent();

@@ -70,7 +70,8 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
   return p;
 }
 
-std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const JobPaths& paths,
+std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::Gang& gang,
+                                               const JobPaths& paths,
                                                const std::vector<api::Gpu>& node_gpus) {
   std::map<std::string, std::string> env = job.spec.env;
   std::string indices;
@@ -94,10 +95,20 @@ std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const JobPat
   env["TIDE_OUTPUT_DIR"] = paths.output;
   env["TIDE_CHECKPOINT_DIR"] = paths.checkpoint;
   env["TIDE_NOTICE_FILE"] = paths.notice;
+  const int per_node = static_cast<int>(job.gpus.size());
+  env["TIDE_NODE_RANK"] = std::to_string(gang.rank);
+  env["TIDE_NNODES"] = std::to_string(gang.nnodes);
+  env["TIDE_GPUS_PER_NODE"] = std::to_string(per_node);
+  env["WORLD_SIZE"] = std::to_string(gang.nnodes * per_node);
+  if (gang.nnodes > 1) {
+    env["MASTER_ADDR"] = gang.master_addr;
+    env["MASTER_PORT"] = std::to_string(gang.master_port);
+  }
   return env;
 }
 
-JobRunner::JobRunner(api::Job job, RunnerDeps deps) : job_(std::move(job)), deps_(std::move(deps)) {
+JobRunner::JobRunner(api::Job job, RunnerDeps deps, api::Gang gang)
+    : job_(std::move(job)), gang_(std::move(gang)), deps_(std::move(deps)) {
   paths_ = PathsFor(deps_.data_dir, IsSafeJobId(job_.id) ? job_.id : "_invalid", job_.attempt);
 }
 
@@ -259,7 +270,7 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   }
 
   spec->argv = job_.spec.command;
-  spec->env = BuildJobEnv(job_, paths_, deps_.node_gpus);
+  spec->env = BuildJobEnv(job_, gang_, paths_, deps_.node_gpus);
   spec->work_dir = paths_.work;
   spec->output_fd = -1;
   spec->tag = {"TIDE_JOB_ID=" + job_.id, "TIDE_ATTEMPT=" + std::to_string(job_.attempt)};

@@ -47,8 +47,12 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
 // The job's environment: spec.env, then the agent's variables (which win):
 // CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NVIDIA_VISIBLE_DEVICES,
 // TIDE_GPU_UUIDS, TIDE_JOB_ID, TIDE_ATTEMPT, TIDE_OUTPUT_DIR,
-// TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE.
-std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const JobPaths& paths,
+// TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE, and where this node is in the job:
+// TIDE_NODE_RANK, TIDE_NNODES, TIDE_GPUS_PER_NODE, WORLD_SIZE (all GPUs of
+// the job), and for a gang MASTER_ADDR and MASTER_PORT (rank 0's
+// rendezvous), so `torchrun` needs no other setup.
+std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::Gang& gang,
+                                               const JobPaths& paths,
                                                const std::vector<api::Gpu>& node_gpus);
 
 struct RunnerDeps {
@@ -66,7 +70,8 @@ struct RunnerDeps {
 
 class JobRunner {
  public:
-  JobRunner(api::Job job, RunnerDeps deps);
+  // `gang`: this node's rank in a multi-node job (the default for others).
+  JobRunner(api::Job job, RunnerDeps deps, api::Gang gang = {});
   ~JobRunner();  // abandons and joins if still running
 
   JobRunner(const JobRunner&) = delete;
@@ -115,6 +120,7 @@ class JobRunner {
   void SleepUnlessAbandoned(int64_t ms);
 
   api::Job job_;
+  api::Gang gang_;
   RunnerDeps deps_;
   JobPaths paths_;
 

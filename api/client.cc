@@ -85,17 +85,19 @@ Result<Job> Client::CancelJob(const std::string& id) {
   return JobFromJson(*j);
 }
 
-Result<std::string> Client::GetLogs(const std::string& id, int attempt, int64_t offset) {
+Result<std::string> Client::GetLogs(const std::string& id, int attempt, int64_t offset, int rank) {
   std::string target = "/v1/jobs/" + UrlEncode(id) + "/logs?offset=" + std::to_string(offset);
   if (attempt > 0) target += "&attempt=" + std::to_string(attempt);
+  if (rank > 0) target += "&rank=" + std::to_string(rank);
   return CallRaw("GET", target, "", "");
 }
 
 Status Client::FollowLogs(const std::string& id, int attempt, int64_t offset,
-                          const std::function<bool(std::string_view)>& on_data) {
+                          const std::function<bool(std::string_view)>& on_data, int rank) {
   std::string target =
       "/v1/jobs/" + UrlEncode(id) + "/logs?follow=true&offset=" + std::to_string(offset);
   if (attempt > 0) target += "&attempt=" + std::to_string(attempt);
+  if (rank > 0) target += "&rank=" + std::to_string(rank);
   return http_->Stream(target, Headers(), on_data, 120'000);
 }
 

@@ -59,12 +59,14 @@ class Client {
   Result<Job> GetJob(const std::string& id);
   Result<JobPage> ListJobs(const JobFilter& filter);
   Result<Job> CancelJob(const std::string& id);
-  // Log text of one attempt (0 = current) from byte `offset`.
-  Result<std::string> GetLogs(const std::string& id, int attempt = 0, int64_t offset = 0);
+  // Log text of one attempt (0 = current) from byte `offset`; `rank` picks
+  // the node of a multi-node job.
+  Result<std::string> GetLogs(const std::string& id, int attempt = 0, int64_t offset = 0,
+                              int rank = 0);
   // Follows the log of `attempt` (0: the current one, and then each next
   // one with a marker line) until it ends; `on_data` gets text as it arrives.
   Status FollowLogs(const std::string& id, int attempt, int64_t offset,
-                    const std::function<bool(std::string_view)>& on_data);
+                    const std::function<bool(std::string_view)>& on_data, int rank = 0);
   Result<std::vector<OutputFile>> ListOutputs(const std::string& id);
   Result<std::string> GetOutput(const std::string& id, const std::string& path);
   // Uploads a .tar.gz; returns its code id.

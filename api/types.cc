@@ -194,10 +194,24 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   }
   if (const json* res = r.Object("resources")) {
     JsonReader rr(*res, "resources");
-    if (auto n = rr.Int("gpu_count")) {
-      if (*n < 1) rr.Fail("gpu_count", "must be at least 1");
-      else if (*n > kMaxGpuCount) rr.Fail("gpu_count", "must be at most " + std::to_string(kMaxGpuCount));
+    auto gpus = [&](const char* field) {
+      auto n = rr.Int(field);
+      if (!n) return false;
+      if (*n < 1) rr.Fail(field, "must be at least 1");
+      else if (*n > kMaxGpuCount) rr.Fail(field, "must be at most " + std::to_string(kMaxGpuCount));
       else spec.resources.gpu_count = static_cast<int>(*n);
+      return true;
+    };
+    bool counted = gpus("gpu_count");
+    if (counted && rr.Raw("gpus_per_node")) {
+      rr.Fail("gpus_per_node", "is gpu_count under another name: give one of them");
+    } else {
+      gpus("gpus_per_node");
+    }
+    if (auto n = rr.Int("nodes")) {
+      if (*n < 1) rr.Fail("nodes", "must be at least 1");
+      else if (*n > kMaxNodes) rr.Fail("nodes", "must be at most " + std::to_string(kMaxNodes));
+      else spec.resources.nodes = static_cast<int>(*n);
     }
     if (auto types = rr.StringList("gpu_type", /*allow_scalar=*/true)) {
       for (auto& t : *types) {
@@ -268,6 +282,16 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   return spec;
 }
 
+std::string CheckAddress(const std::string& address) {
+  if (address.empty() || address.size() > 253) return "must be 1 to 253 characters";
+  for (char c : address) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':') {
+      return "must be an IP address or a host name";
+    }
+  }
+  return "";
+}
+
 std::string CheckLabel(const std::string& key, const std::string& value) {
   auto ok = [](const std::string& s) {
     if (s.empty() || s.size() > 63) return false;
@@ -283,6 +307,7 @@ std::string CheckLabel(const std::string& key, const std::string& value) {
 
 json ToJson(const JobSpec& s) {
   json res = {{"gpu_count", s.resources.gpu_count}};
+  if (s.resources.nodes > 1) res["nodes"] = s.resources.nodes;
   if (!s.resources.gpu_types.empty()) res["gpu_type"] = s.resources.gpu_types;
   if (s.resources.gpu_memory_mb) res["gpu_memory"] = s.resources.gpu_memory_mb;
   if (s.resources.cpus > 0) res["cpus"] = s.resources.cpus;
@@ -301,12 +326,39 @@ json ToJson(const JobSpec& s) {
 
 // ---------------------------------------------------------------- Job
 
+json ToJson(const Rank& r) {
+  json j = {{"node_id", r.node_id}, {"gpus", r.gpus}, {"started_at", r.started_at},
+            {"finished_at", r.finished_at}, {"reason", r.reason}};
+  j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
+  return j;
+}
+
 json ToJson(const Attempt& a) {
   json j = {{"attempt", a.attempt}, {"node_id", a.node_id}, {"gpus", a.gpus},
             {"started_at", a.started_at}, {"finished_at", a.finished_at},
             {"reason", a.reason}};
   j["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
+  if (!a.ranks.empty()) {
+    json ranks = json::array();
+    for (const auto& r : a.ranks) ranks.push_back(ToJson(r));
+    j["ranks"] = ranks;
+    j["master_addr"] = a.master_addr;
+    j["master_port"] = a.master_port;
+  }
   return j;
+}
+
+double AttemptGpuSeconds(const Attempt& a, int64_t now) {
+  auto span = [&](int64_t start, int64_t end, size_t gpus) {
+    if (start == 0) return 0.0;
+    if (end == 0) end = a.finished_at > 0 ? a.finished_at : now;
+    return static_cast<double>(std::max<int64_t>(0, end - start)) / 1000.0 *
+           static_cast<double>(gpus);
+  };
+  if (a.ranks.empty()) return span(a.started_at, a.finished_at, a.gpus.size());
+  double s = 0;
+  for (const auto& r : a.ranks) s += span(r.started_at, r.finished_at, r.gpus.size());
+  return s;
 }
 
 namespace {
@@ -331,6 +383,22 @@ Result<Attempt> AttemptFromJsonImpl(const json& j) {
   a.finished_at = j.value("finished_at", int64_t{0});
   a.reason = j.value("reason", "");
   if (j.contains("exit_code") && j["exit_code"].is_number_integer()) a.exit_code = j["exit_code"].get<int>();
+  if (j.contains("ranks") && j["ranks"].is_array()) {
+    for (const auto& rj : j["ranks"]) {
+      Rank r;
+      r.node_id = rj.value("node_id", "");
+      if (rj.contains("gpus")) r.gpus = IntList(rj["gpus"]);
+      r.started_at = rj.value("started_at", int64_t{0});
+      r.finished_at = rj.value("finished_at", int64_t{0});
+      r.reason = rj.value("reason", "");
+      if (rj.contains("exit_code") && rj["exit_code"].is_number_integer()) {
+        r.exit_code = rj["exit_code"].get<int>();
+      }
+      a.ranks.push_back(std::move(r));
+    }
+    a.master_addr = j.value("master_addr", "");
+    a.master_port = j.value("master_port", 0);
+  }
   return a;
 }
 }  // namespace
@@ -357,6 +425,7 @@ json ToJson(const Job& job) {
   j["cancel_requested"] = job.cancel_requested;
   j["cancel_reason"] = job.cancel_reason;
   j["preempt_requested"] = job.preempt_requested;
+  if (!job.gang_failure.empty()) j["gang_failure"] = job.gang_failure;
   json attempts = json::array();
   for (auto& a : job.attempts) attempts.push_back(ToJson(a));
   j["attempts"] = attempts;
@@ -395,6 +464,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.cancel_requested = j.value("cancel_requested", false);
   job.cancel_reason = j.value("cancel_reason", "");
   job.preempt_requested = j.value("preempt_requested", false);
+  job.gang_failure = j.value("gang_failure", "");
   if (j.contains("attempts") && j["attempts"].is_array()) {
     for (auto& a : j["attempts"]) {
       auto at = AttemptFromJson(a);
@@ -462,6 +532,7 @@ json ToJson(const Node& n) {
   return {{"id", n.id},
           {"name", n.name},
           {"hostname", n.hostname},
+          {"address", n.address},
           {"state", n.state == NodeState::kReady ? "ready" : "lost"},
           {"gpus", gpus},
           {"labels", n.labels},
@@ -477,6 +548,7 @@ Result<Node> NodeFromJsonImpl(const json& j) {
   n.id = j.value("id", "");
   n.name = j.value("name", "");
   n.hostname = j.value("hostname", "");
+  n.address = j.value("address", "");
   n.state = j.value("state", "ready") == "ready" ? NodeState::kReady : NodeState::kLost;
   auto gpus = GpuList(j, "gpus");
   if (!gpus.ok()) return gpus.status();
@@ -498,7 +570,9 @@ Result<Node> NodeFromJson(const json& j) {
 json ToJson(const RegisterRequest& r) {
   json gpus = json::array();
   for (auto& g : r.gpus) gpus.push_back(ToJson(g));
-  return {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}, {"labels", r.labels}};
+  json j = {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}, {"labels", r.labels}};
+  if (!r.address.empty()) j["address"] = r.address;
+  return j;
 }
 
 Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
@@ -507,6 +581,10 @@ Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
   RegisterRequest req;
   if (auto v = r.String("name", true)) req.name = *v;
   if (auto v = r.String("hostname")) req.hostname = *v;
+  if (auto v = r.String("address")) {
+    if (std::string why = CheckAddress(*v); !why.empty()) r.Fail("address", why);
+    req.address = *v;
+  }
   (void)r.Raw("gpus");
   if (auto v = r.StringMap("labels")) {
     for (auto& [k, val] : *v) {
@@ -555,7 +633,14 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
 
 json ToJson(const AgentWork& w) {
   json as = json::array();
-  for (auto& a : w.assignments) as.push_back(ToJson(a.job));
+  for (auto& a : w.assignments) {
+    json j = ToJson(a.job);
+    if (a.gang.nnodes > 1) {
+      j["gang"] = {{"rank", a.gang.rank}, {"nnodes", a.gang.nnodes},
+                   {"master_addr", a.gang.master_addr}, {"master_port", a.gang.master_port}};
+    }
+    as.push_back(std::move(j));
+  }
   json cs = json::array();
   for (auto& c : w.cancels) {
     cs.push_back({{"job_id", c.job_id}, {"attempt", c.attempt}, {"reason", c.reason},
@@ -572,7 +657,15 @@ Result<AgentWork> AgentWorkFromJsonImpl(const json& j) {
     for (auto& a : j["assignments"]) {
       auto job = JobFromJson(a);
       if (!job.ok()) return job.status();
-      w.assignments.push_back({*job});
+      Gang gang;
+      if (a.contains("gang") && a["gang"].is_object()) {
+        const json& g = a["gang"];
+        gang.rank = g.value("rank", 0);
+        gang.nnodes = g.value("nnodes", 1);
+        gang.master_addr = g.value("master_addr", "");
+        gang.master_port = g.value("master_port", 0);
+      }
+      w.assignments.push_back({*job, gang});
     }
   }
   if (j.contains("cancels") && j["cancels"].is_array()) {

@@ -25,6 +25,7 @@ inline constexpr size_t kMaxRequestBody = 1 << 20;            // JSON bodies: 1 
 inline constexpr size_t kMaxUploadBody = 256 << 20;           // code archives, outputs: 256 MiB
 inline constexpr size_t kMaxLogChunk = 4 << 20;               // one agent log chunk: 4 MiB
 inline constexpr int kMaxGpuCount = 64;
+inline constexpr int kMaxNodes = 64;  // nodes of one gang job
 inline constexpr size_t kMaxNameLength = 128;
 inline constexpr size_t kMaxCommandArgs = 4096;
 
@@ -42,6 +43,9 @@ std::string CanonicalGpuModel(const std::string& name);
 Result<int64_t> ParseMemoryMb(const std::string& text);
 
 struct Resources {
+  // A gang: `nodes` nodes started together, `gpu_count` GPUs on each
+  // (`gpus_per_node` in a spec is the same field).
+  int nodes = 1;
   int gpu_count = 1;
   std::vector<std::string> gpu_types;  // canonical models; empty = any
   int64_t gpu_memory_mb = 0;           // minimum per GPU; 0 = any
@@ -72,15 +76,34 @@ inline constexpr int kMaxPriority = 1000;
 Result<JobSpec> JobSpecFromJson(const json& j);
 json ToJson(const JobSpec& spec);
 
+// One node of a gang attempt; its index in Attempt::ranks is its rank.
+struct Rank {
+  std::string node_id;
+  std::vector<int> gpus;
+  int64_t started_at = 0;   // unix ms the agent reported it running
+  int64_t finished_at = 0;  // unix ms it exited (or the attempt ended)
+  std::string reason;
+  std::optional<int> exit_code;
+};
+json ToJson(const Rank& r);
+
 struct Attempt {
   int attempt = 0;
-  std::string node_id;
+  std::string node_id;  // rank 0's node for a gang
   std::vector<int> gpus;
   int64_t started_at = 0;   // unix ms
   int64_t finished_at = 0;  // unix ms
   std::string reason;
   std::optional<int> exit_code;
+  // Gangs only (resources.nodes > 1): every node of the attempt and where
+  // rank 0 listens for the others (MASTER_ADDR, MASTER_PORT).
+  std::vector<Rank> ranks;
+  std::string master_addr;
+  int master_port = 0;
 };
+// GPU-seconds an attempt used: to its end, or to `now` while it runs. Each
+// rank of a gang counts from its own start to its own exit.
+double AttemptGpuSeconds(const Attempt& a, int64_t now);
 json ToJson(const Attempt& a);
 Result<Attempt> AttemptFromJson(const json& j);
 
@@ -104,6 +127,9 @@ struct Job {
   // The scheduler preempted the running attempt: it gets the notice, and on
   // exit the job returns to the queue with attempt+1.
   bool preempt_requested = false;
+  // A rank of a gang failed: the other ranks get the notice (reason
+  // "gang_failed") and the job ends failed with this reason.
+  std::string gang_failure;
   std::vector<Attempt> attempts;  // finished attempts and the current one
 };
 json ToJson(const Job& job);
@@ -130,6 +156,9 @@ struct Node {
   std::string id;
   std::string name;
   std::string hostname;
+  // Where the other nodes of a gang reach this one (MASTER_ADDR): the
+  // agent's --advertise-addr, else the address its registration came from.
+  std::string address;
   NodeState state = NodeState::kReady;
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;  // region, data_residency, ...
@@ -145,12 +174,15 @@ Result<Node> NodeFromJson(const json& j);
 struct RegisterRequest {
   std::string name;
   std::string hostname;
+  std::string address;  // "" = the address the request came from
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;
 };
 // Label keys and values: 1-63 characters of [A-Za-z0-9._-]; "" if ok,
 // else what is wrong.
 std::string CheckLabel(const std::string& key, const std::string& value);
+// An agent's advertised address: an IP address or a host name; "" if ok.
+std::string CheckAddress(const std::string& address);
 json ToJson(const RegisterRequest& r);
 Result<RegisterRequest> RegisterRequestFromJson(const json& j);
 
@@ -166,9 +198,18 @@ struct Heartbeat {
 json ToJson(const Heartbeat& h);
 Result<Heartbeat> HeartbeatFromJson(const json& j);
 
+// This node's part of a gang: the environment torchrun expects.
+struct Gang {
+  int rank = 0;
+  int nnodes = 1;
+  std::string master_addr;
+  int master_port = 0;
+};
+
 // One placement handed to an agent.
 struct Assignment {
-  Job job;  // includes spec, attempt and gpus
+  Job job;   // includes spec and attempt; node_id and gpus are this node's
+  Gang gang;
 };
 
 struct CancelOrder {

@@ -156,6 +156,24 @@ TEST(JobSpecFromJson, RejectsBadGpuCount) {
   EXPECT_EQ(Parse(Spec({{"resources", {{"gpu_count", 2.0}}}})).resources.gpu_count, 2);
 }
 
+TEST(JobSpecFromJson, GangNodesAndGpusPerNode) {
+  JobSpec one = Parse(Spec());
+  EXPECT_EQ(one.resources.nodes, 1);
+  EXPECT_FALSE(ToJson(one)["resources"].contains("nodes"));
+  JobSpec gang = Parse(Spec({{"resources", {{"nodes", 4}, {"gpus_per_node", 8}}}}));
+  EXPECT_EQ(gang.resources.nodes, 4);
+  EXPECT_EQ(gang.resources.gpu_count, 8);  // the same field
+  EXPECT_EQ(Parse(ToJson(gang)).resources.nodes, 4);
+  EXPECT_EQ(Parse(ToJson(gang)).resources.gpu_count, 8);
+  EXPECT_EQ(Parse(Spec({{"resources", {{"nodes", 2}, {"gpu_count", 2}}}})).resources.gpu_count, 2);
+  ExpectBad(Spec({{"resources", {{"nodes", 0}}}}), "resources.nodes", "at least 1");
+  ExpectBad(Spec({{"resources", {{"nodes", 65}}}}), "resources.nodes", "at most 64");
+  ExpectBad(Spec({{"resources", {{"nodes", "two"}}}}), "resources.nodes", "must be an integer");
+  ExpectBad(Spec({{"resources", {{"gpus_per_node", 0}}}}), "resources.gpus_per_node", "at least 1");
+  ExpectBad(Spec({{"resources", {{"gpu_count", 2}, {"gpus_per_node", 2}}}}),
+            "resources.gpus_per_node", "one of them");
+}
+
 TEST(JobSpecFromJson, RejectsBadCommand) {
   ExpectBad(json::object(), "command", "required");
   ExpectBad(Spec({{"command", nullptr}}), "command", "required");
@@ -287,6 +305,37 @@ TEST(Job, RoundTrip) {
   EXPECT_EQ(back->attempts[1].exit_code, 0);             // 0 stays 0
   EXPECT_EQ(back->attempts[0].reason, "node_lost");
   EXPECT_EQ(back->attempts[1].gpus, (std::vector<int>{0, 3}));
+}
+
+TEST(Job, GangAttemptRoundTripsAndCountsEveryRank) {
+  Job job = SampleJob();
+  Attempt a;
+  a.attempt = 3;
+  a.node_id = "n-a";
+  a.gpus = {0, 1};
+  a.started_at = 1'000;
+  a.finished_at = 11'000;
+  a.master_addr = "10.0.0.5";
+  a.master_port = 29600;
+  a.ranks = {{"n-a", {0, 1}, 1'000, 11'000, "", 0}, {"n-b", {2, 3}, 2'000, 6'000, "", 3}};
+  job.attempts.push_back(a);
+  job.gang_failure = "exit_code:3";
+  auto back = JobFromJson(ToJson(job));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), ToJson(job));
+  const Attempt& b = back->attempts.back();
+  ASSERT_EQ(b.ranks.size(), 2u);
+  EXPECT_EQ(b.ranks[1].node_id, "n-b");
+  EXPECT_EQ(b.ranks[1].exit_code, 3);
+  EXPECT_EQ(b.master_port, 29600);
+  EXPECT_EQ(back->gang_failure, "exit_code:3");
+  // Rank 0: 10 s on 2 GPUs; rank 1: 4 s on 2 GPUs.
+  EXPECT_DOUBLE_EQ(AttemptGpuSeconds(b, 0), 28.0);
+  // A single-node attempt still running counts to now.
+  Attempt single;
+  single.gpus = {0};
+  single.started_at = 1'000;
+  EXPECT_DOUBLE_EQ(AttemptGpuSeconds(single, 4'000), 3.0);
 }
 
 TEST(Job, ExitCodeNullVersusZero) {
@@ -535,9 +584,13 @@ TEST(AgentProtocol, RoundTrips) {
   g.model = "H200";
   g.memory_mb = 143771;
   reg.gpus = {g};
+  reg.address = "10.0.0.5";
   auto r = RegisterRequestFromJson(ToJson(reg));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->gpus.at(0).model, "H200");
+  EXPECT_EQ(r->address, "10.0.0.5");
+  EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": "x", "address": "a b"})")).status().field(),
+            "address");
   EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": ""})")).status().field(), "name");
 
   Heartbeat hb;
@@ -552,12 +605,17 @@ TEST(AgentProtocol, RoundTrips) {
             "running[0].attempt");
 
   AgentWork w;
-  w.assignments = {{SampleJob()}};
+  w.assignments = {{SampleJob(), {}}, {SampleJob(), {1, 2, "10.0.0.5", 29517}}};
   w.cancels = {{"j-2", 1, "timeout", 10}};
   auto back = AgentWorkFromJson(ToJson(w));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  ASSERT_EQ(back->assignments.size(), 1u);
+  ASSERT_EQ(back->assignments.size(), 2u);
   EXPECT_EQ(ToJson(back->assignments[0].job), ToJson(SampleJob()));
+  EXPECT_EQ(back->assignments[0].gang.nnodes, 1);
+  EXPECT_EQ(back->assignments[1].gang.rank, 1);
+  EXPECT_EQ(back->assignments[1].gang.nnodes, 2);
+  EXPECT_EQ(back->assignments[1].gang.master_addr, "10.0.0.5");
+  EXPECT_EQ(back->assignments[1].gang.master_port, 29517);
   ASSERT_EQ(back->cancels.size(), 1u);
   EXPECT_EQ(back->cancels[0].reason, "timeout");
   EXPECT_EQ(back->cancels[0].grace_s, 10);

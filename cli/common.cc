@@ -253,6 +253,9 @@ std::string FormatJobGpus(const json& job) {
     mem = (*res)["gpu_memory"].get<int64_t>();
   }
   std::string out = std::to_string(count);
+  if (int64_t nodes = JsonInt(*res, "nodes"); nodes > 1) {
+    out = std::to_string(nodes) + " nodes x " + out;
+  }
   if (!types.empty() || mem > 0) out += "x";
   if (!types.empty()) out += " " + types;
   if (mem > 0) out += " " + FormatMemoryMb(mem);

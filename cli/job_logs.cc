@@ -1,5 +1,6 @@
-// `tide logs ID [-f] [--attempt N]`: prints a job's output (stdout and stderr
-// as the agent captured them).
+// `tide logs ID [-f] [--attempt N] [--rank R]`: prints a job's output (stdout
+// and stderr as the agent captured them); --rank picks one node of a
+// multi-node job (default rank 0).
 //
 // -f follows the current attempt as it is written and returns when the job
 // ends. A dropped stream is resumed from the last byte received; when the
@@ -20,6 +21,7 @@ struct LogsOptions {
   std::string id;
   bool follow = false;
   int attempt = 0;
+  int rank = 0;
 };
 
 void Write(std::string_view data) {
@@ -28,10 +30,11 @@ void Write(std::string_view data) {
 }
 
 // Prints the log of `attempt` from `*offset` to its current end.
-Status PrintFrom(api::Client& client, const std::string& id, int attempt, int64_t* offset) {
+Status PrintFrom(api::Client& client, const std::string& id, int attempt, int rank,
+                 int64_t* offset) {
   // The server may answer in pieces; ask until it has nothing more.
   for (int i = 0; i < 100'000; ++i) {
-    auto text = client.GetLogs(id, attempt, *offset);
+    auto text = client.GetLogs(id, attempt, *offset, rank);
     if (!text.ok()) return text.status();
     if (text->empty()) return Status::Ok();
     Write(*text);
@@ -44,7 +47,7 @@ bool Retryable(const Status& s) {
   return s.code() == Code::kUnavailable || s.code() == Code::kInternal;
 }
 
-int Follow(api::Client& client, const std::string& id) {
+int Follow(api::Client& client, const std::string& id, int rank) {
   auto job = client.GetJob(id);
   if (!job.ok()) return PrintError(job.status());
   int attempt = job->attempt;
@@ -55,7 +58,7 @@ int Follow(api::Client& client, const std::string& id) {
       Write(data);
       offset += static_cast<int64_t>(data.size());
       return true;
-    });
+    }, rank);
     if (!streamed.ok() && !Retryable(streamed)) return PrintError(streamed);
 
     job = client.GetJob(id);
@@ -68,7 +71,7 @@ int Follow(api::Client& client, const std::string& id) {
     if (job->attempt != attempt) {
       // The stream ended with the old attempt; what it wrote after the last
       // byte we saw belongs to that attempt.
-      Status rest = PrintFrom(client, id, attempt, &offset);
+      Status rest = PrintFrom(client, id, attempt, rank, &offset);
       if (!rest.ok()) return PrintError(rest);
       attempt = job->attempt;
       offset = 0;
@@ -76,7 +79,7 @@ int Follow(api::Client& client, const std::string& id) {
       continue;
     }
     if (api::IsTerminal(job->status)) {
-      Status rest = PrintFrom(client, id, 0, &offset);
+      Status rest = PrintFrom(client, id, 0, rank, &offset);
       return rest.ok() ? kExitOk : PrintError(rest);
     }
     // The stream ended (or dropped) while the job goes on: resume shortly.
@@ -87,9 +90,9 @@ int Follow(api::Client& client, const std::string& id) {
 int RunLogs(const LogsOptions& opts) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
-  if (opts.follow) return Follow(**client, opts.id);
+  if (opts.follow) return Follow(**client, opts.id, opts.rank);
   int64_t offset = 0;
-  Status st = PrintFrom(**client, opts.id, opts.attempt, &offset);
+  Status st = PrintFrom(**client, opts.id, opts.attempt, opts.rank, &offset);
   return st.ok() ? kExitOk : PrintError(st);
 }
 
@@ -103,6 +106,8 @@ void AddLogsCommand(CLI::App& app) {
   cmd->add_option("--attempt", opts->attempt, "Attempt to show (default: the current one)")
       ->check(CLI::PositiveNumber)
       ->excludes(follow);
+  cmd->add_option("--rank", opts->rank, "Node of a multi-node job to show (default: rank 0)")
+      ->check(CLI::NonNegativeNumber);
   SetAction(cmd, [opts] { return RunLogs(*opts); });
 }
 

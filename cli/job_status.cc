@@ -123,6 +123,23 @@ void PrintHuman(const json& job) {
                   ExitCode(a), reason.empty() ? "-" : reason});
   }
   std::cout << "\nAttempts\n" << table.ToString();
+
+  // A multi-node attempt: where each rank runs and how it ended.
+  const json& last = job["attempts"].back();
+  if (!last.contains("ranks") || !last["ranks"].is_array()) return;
+  Table ranks({"RANK", "NODE", "GPUS", "STATE", "EXIT", "REASON"});
+  int rank = 0;
+  for (const auto& r : last["ranks"]) {
+    std::string state = JsonInt(r, "finished_at") > 0  ? "exited"
+                        : JsonInt(r, "started_at") > 0 ? "running"
+                                                       : "starting";
+    std::string reason = JsonString(r, "reason");
+    ranks.AddRow({std::to_string(rank++), JsonString(r, "node_id"), IntList(r, "gpus"), state,
+                  ExitCode(r), reason.empty() ? "-" : reason});
+  }
+  std::cout << "\nRanks of attempt " << JsonInt(last, "attempt") << " (rendezvous "
+            << JsonString(last, "master_addr") << ":" << JsonInt(last, "master_port") << ")\n"
+            << ranks.ToString();
 }
 
 int RunStatus(const StatusOptions& opts) {

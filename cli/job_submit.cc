@@ -193,7 +193,7 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
   if (!flags.code.empty()) put("code", flags.code);
   if (!flags.command.empty()) put("command", flags.command);
 
-  if (flags.gpus || !flags.gpu_type.empty() || !flags.gpu_memory.empty() || flags.cpus ||
+  if (flags.gpus || flags.nodes || !flags.gpu_type.empty() || !flags.gpu_memory.empty() || flags.cpus ||
       !flags.memory.empty()) {
     auto res = ObjectField(spec, "resources");
     if (!res.ok()) return res.status();
@@ -203,6 +203,7 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
       set.push_back("resources." + key);
     };
     if (flags.gpus) put_res("gpu_count", *flags.gpus);
+    if (flags.nodes) put_res("nodes", *flags.nodes);
     if (!flags.gpu_type.empty()) {
       std::vector<std::string> types = SplitCommas(flags.gpu_type);
       if (types.size() == 1) {
@@ -251,7 +252,10 @@ void AddSubmitCommand(CLI::App& app) {
   SubmitFlags& f = opts->flags;
   cmd->add_option("--name", f.name, "Job name");
   cmd->add_option_function<int>(
-      "--gpus", [opts](int n) { opts->flags.gpus = n; }, "Number of GPUs (default 1)");
+      "--gpus", [opts](int n) { opts->flags.gpus = n; }, "Number of GPUs (per node; default 1)");
+  cmd->add_option_function<int>(
+      "-N,--nodes", [opts](int n) { opts->flags.nodes = n; },
+      "Run on this many nodes at once (a gang; torchrun-ready environment)");
   cmd->add_option("--gpu-type", f.gpu_type, "GPU model, or a comma list of acceptable models");
   cmd->add_option("--gpu-memory", f.gpu_memory, "Minimum memory per GPU, e.g. 24GB");
   cmd->add_option_function<double>(

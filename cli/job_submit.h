@@ -17,7 +17,8 @@ namespace tide::cli {
 struct SubmitFlags {
   std::string name;
   std::string image;
-  std::optional<int> gpus;
+  std::optional<int> gpus;   // per node
+  std::optional<int> nodes;  // a multi-node (gang) job
   std::string gpu_type;    // "A100" or "A100,H100"
   std::string gpu_memory;  // "24GB"
   std::optional<double> cpus;

@@ -53,6 +53,17 @@ TEST(MergeTest, FlagsOnly) {
                                            "tags[0]"}));
 }
 
+TEST(MergeTest, NodesMakeAGang) {
+  SubmitFlags f;
+  f.gpus = 8;
+  f.nodes = 4;
+  json spec = json::object();
+  std::vector<std::string> set;
+  ASSERT_TRUE(MergeSubmitFlags(f, &spec, &set).ok());
+  EXPECT_EQ(spec, json::parse(R"({"resources": {"gpu_count": 8, "nodes": 4}})"));
+  EXPECT_EQ(set, (std::vector<std::string>{"resources.gpu_count", "resources.nodes"}));
+}
+
 TEST(MergeTest, FlagsOverrideTheFile) {
   json spec = json::parse(R"({
     "name": "base", "image": "pytorch", "command": "python train.py",

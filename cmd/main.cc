@@ -86,6 +86,10 @@ void AddAgentCommand(CLI::App& app) {
          },
          "Node label jobs can require with constraints, e.g. region=eu (repeatable)")
       ->take_all();
+  cmd->add_option("--advertise-addr", opts->advertise_addr,
+                  "Address other nodes of a multi-node job reach this one at (MASTER_ADDR); "
+                  "default: the address the server sees")
+      ->check([](const std::string& v) { return api::CheckAddress(v); });
   AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
                 "Time between heartbeats, e.g. 2s or 500ms");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")

@@ -26,27 +26,29 @@ Status BlobStore::Init() {
   return Status::Ok();
 }
 
-std::string BlobStore::LogPath(const std::string& job, int attempt) const {
-  return dir_ + "/logs/" + job + "/" + std::to_string(attempt) + ".log";
+std::string BlobStore::LogPath(const std::string& job, int attempt, int rank) const {
+  std::string name = std::to_string(attempt);
+  if (rank > 0) name += ".rank" + std::to_string(rank);
+  return dir_ + "/logs/" + job + "/" + name + ".log";
 }
 
-int64_t BlobStore::LogSize(const std::string& job, int attempt) {
+int64_t BlobStore::LogSize(const std::string& job, int attempt, int rank) {
   struct stat st;
-  if (::stat(LogPath(job, attempt).c_str(), &st) != 0) return 0;
+  if (::stat(LogPath(job, attempt, rank).c_str(), &st) != 0) return 0;
   return st.st_size;
 }
 
-Status BlobStore::AppendLog(const std::string& job, int attempt, int64_t offset,
+Status BlobStore::AppendLog(const std::string& job, int attempt, int rank, int64_t offset,
                             std::string_view data) {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t size = LogSize(job, attempt);
+  int64_t size = LogSize(job, attempt, rank);
   if (offset + static_cast<int64_t>(data.size()) <= size) return Status::Ok();  // a retry
   if (offset > size || offset < 0) {
     return Status::Conflict("log offset " + std::to_string(offset) + " but " +
                             std::to_string(size) + " bytes stored");
   }
   data.remove_prefix(static_cast<size_t>(size - offset));  // overlap with what we have
-  std::string path = LogPath(job, attempt);
+  std::string path = LogPath(job, attempt, rank);
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -65,9 +67,9 @@ Status BlobStore::AppendLog(const std::string& job, int attempt, int64_t offset,
   return Status::Ok();
 }
 
-Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int64_t offset,
-                                       int64_t max) {
-  std::string path = LogPath(job, attempt);
+Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int rank,
+                                       int64_t offset, int64_t max) {
+  std::string path = LogPath(job, attempt, rank);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::string();
   std::string out;

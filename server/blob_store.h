@@ -2,6 +2,7 @@
 // kept as files under one directory.
 //
 //   DIR/logs/<job>/<attempt>.log       appended by the agent, byte offsets
+//   DIR/logs/<job>/<attempt>.rank<r>.log  the same for rank r > 0 of a gang
 //   DIR/outputs/<job>/<path>           written atomically per file
 //   DIR/code/<owner>/<sha256>.tar.gz   uploaded archives, content-addressed
 //
@@ -29,13 +30,15 @@ class BlobStore {
 
   Status Init();
 
-  // Appends `data` to the log of (job, attempt) if `offset` equals the log's
-  // current size. A retry of bytes already stored (offset + size <= current
-  // size) succeeds without writing; a gap is a kConflict naming the size.
-  Status AppendLog(const std::string& job, int attempt, int64_t offset, std::string_view data);
-  int64_t LogSize(const std::string& job, int attempt);
+  // Appends `data` to the log of (job, attempt, rank) if `offset` equals the
+  // log's current size. A retry of bytes already stored (offset + size <=
+  // current size) succeeds without writing; a gap is a kConflict naming the
+  // size. Rank 0 is the log of a single-node job.
+  Status AppendLog(const std::string& job, int attempt, int rank, int64_t offset,
+                   std::string_view data);
+  int64_t LogSize(const std::string& job, int attempt, int rank = 0);
   // Up to `max` bytes from `offset`.
-  Result<std::string> ReadLog(const std::string& job, int attempt, int64_t offset,
+  Result<std::string> ReadLog(const std::string& job, int attempt, int rank, int64_t offset,
                               int64_t max = 64 << 20);
 
   Status PutOutput(const std::string& job, const std::string& rel_path, std::string_view data);
@@ -48,7 +51,7 @@ class BlobStore {
   Result<std::string> GetCode(const std::string& owner, const std::string& id);
 
  private:
-  std::string LogPath(const std::string& job, int attempt) const;
+  std::string LogPath(const std::string& job, int attempt, int rank) const;
 
   std::string dir_;
   std::mutex mu_;  // serialises log appends

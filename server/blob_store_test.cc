@@ -20,13 +20,17 @@ class BlobStoreTest : public ::testing::Test {
 };
 
 TEST_F(BlobStoreTest, LogAppendIsIdempotentByOffset) {
-  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, "hello ").ok());
-  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, "hello ").ok());  // retry
-  ASSERT_TRUE(blobs_->AppendLog("j", 1, 3, "lo world").ok());  // overlap
-  EXPECT_EQ(*blobs_->ReadLog("j", 1, 0), "hello world");
-  EXPECT_EQ(blobs_->AppendLog("j", 1, 100, "gap").code(), Code::kConflict);
-  EXPECT_EQ(*blobs_->ReadLog("j", 1, 6), "world");
-  EXPECT_EQ(*blobs_->ReadLog("j", 2, 0), "");
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, 0, "hello ").ok());
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, 0, "hello ").ok());  // retry
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 0, 3, "lo world").ok());  // overlap
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 0, 0), "hello world");
+  EXPECT_EQ(blobs_->AppendLog("j", 1, 0, 100, "gap").code(), Code::kConflict);
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 0, 6), "world");
+  EXPECT_EQ(*blobs_->ReadLog("j", 2, 0, 0), "");
+  // Each rank of a gang has its own log.
+  ASSERT_TRUE(blobs_->AppendLog("j", 1, 1, 0, "rank one").ok());
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 1, 0), "rank one");
+  EXPECT_EQ(*blobs_->ReadLog("j", 1, 0, 0), "hello world");
 }
 
 TEST_F(BlobStoreTest, OutputsCannotEscape) {

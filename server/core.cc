@@ -16,12 +16,62 @@ using api::Job;
 using api::JobStatus;
 
 namespace {
-// GPU-seconds an attempt has used: up to its end, or up to `now` while it runs.
-double AttemptGpuSeconds(const api::Attempt& a, int64_t now) {
-  if (a.started_at == 0) return 0;
-  int64_t end = a.finished_at > 0 ? a.finished_at : now;
-  return static_cast<double>(std::max<int64_t>(0, end - a.started_at)) / 1000.0 *
-         static_cast<double>(a.gpus.size());
+using api::AttemptGpuSeconds;
+
+// The attempt a leased job is on, or nullptr.
+const api::Attempt* Current(const Job& job) {
+  if (job.attempts.empty()) return nullptr;
+  const api::Attempt& a = job.attempts.back();
+  return a.attempt == job.attempt && a.finished_at == 0 ? &a : nullptr;
+}
+
+// The node and GPUs of each rank of the current attempt (one for a
+// single-node job); with `live`, only ranks that have not exited.
+std::vector<std::pair<std::string, std::vector<int>>> Allocs(const Job& job, bool live) {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  const api::Attempt* a = Current(job);
+  if (a != nullptr && !a->ranks.empty()) {
+    for (const auto& r : a->ranks) {
+      if (!live || r.finished_at == 0) out.emplace_back(r.node_id, r.gpus);
+    }
+  } else if (!job.node_id.empty()) {
+    out.emplace_back(job.node_id, job.gpus);
+  }
+  return out;
+}
+
+// The rank `node_id` runs in the current attempt, or -1.
+int RankOn(const Job& job, const std::string& node_id) {
+  const api::Attempt* a = Current(job);
+  if (a != nullptr && !a->ranks.empty()) {
+    for (size_t i = 0; i < a->ranks.size(); ++i) {
+      if (a->ranks[i].node_id == node_id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  return job.node_id == node_id && !node_id.empty() ? 0 : -1;
+}
+
+// The rank `node_id` ran in `attempt` of the job, or -1.
+int RankIn(const Job& job, int attempt, const std::string& node_id) {
+  for (const auto& a : job.attempts) {
+    if (a.attempt != attempt) continue;
+    if (a.ranks.empty()) return a.node_id == node_id ? 0 : -1;
+    for (size_t i = 0; i < a.ranks.size(); ++i) {
+      if (a.ranks[i].node_id == node_id) return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+std::string DeliveryKey(const std::string& job_id, int attempt, const std::string& node_id) {
+  return job_id + "#" + std::to_string(attempt) + "@" + node_id;
+}
+
+uint32_t Fnv(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
 }
 }  // namespace
 
@@ -61,21 +111,28 @@ Status Core::Recover() {
     job_order_.push_back(row.id);
     if (e.job.status == JobStatus::kQueued) queued_[e.order] = e.job.id;
     if (e.job.status == JobStatus::kStarting || e.job.status == JobStatus::kRunning) {
-      auto it = nodes_.find(e.job.node_id);
-      if (it != nodes_.end()) {
-        it->second.leases[e.job.id] = e.job.gpus;
+      auto allocs = Allocs(e.job, /*live=*/false);
+      bool known = !allocs.empty();
+      for (auto& [node, gpus] : allocs) known = known && nodes_.count(node) > 0;
+      if (known) {
+        for (auto& [node, gpus] : Allocs(e.job, /*live=*/true)) nodes_[node].leases[e.job.id] = gpus;
       } else {
         // A lease on a node we do not know cannot be honoured: the attempt
         // ends here and the job waits for its next one.
         int64_t now = clock_->NowMs();
         if (!e.job.attempts.empty() && e.job.attempts.back().finished_at == 0) {
-          e.job.attempts.back().finished_at = now;
-          e.job.attempts.back().reason = "node_lost";
+          auto& a = e.job.attempts.back();
+          a.finished_at = now;
+          a.reason = "node_lost";
+          for (auto& r : a.ranks) {
+            if (r.finished_at == 0) r.finished_at = now;
+          }
         }
         e.job.status = JobStatus::kQueued;
         e.job.reason = "node_lost";
         e.job.attempt += 1;
         e.job.preempt_requested = false;
+        e.job.gang_failure.clear();
         queued_[e.order] = e.job.id;
         e.job.node_id.clear();
         e.job.gpus.clear();
@@ -264,6 +321,7 @@ void Core::PersistNode(const NodeEntry& n, store::WriteBatch& batch) const {
 std::string Core::StopReason(const Job& job) {
   if (job.cancel_requested) return job.cancel_reason;
   if (job.preempt_requested) return "preempted";
+  if (!job.gang_failure.empty()) return "gang_failed";
   return "";
 }
 
@@ -308,20 +366,36 @@ void Core::Tick(store::WriteBatch& batch) {
 
 void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code) {
   int64_t now = clock_->NowMs();
+  auto allocs = Allocs(e.job, /*live=*/false);
   if (!e.job.attempts.empty() && e.job.attempts.back().attempt == e.job.attempt &&
       e.job.attempts.back().finished_at == 0) {
     auto& a = e.job.attempts.back();
+    for (auto& r : a.ranks) {
+      if (r.finished_at > 0) continue;
+      r.finished_at = now;
+      r.reason = reason;
+    }
     a.finished_at = now;
     a.reason = reason;
     a.exit_code = exit_code;
     fair_.Charge(e.job.owner, AttemptGpuSeconds(a, now), now);
   }
-  auto n = nodes_.find(e.job.node_id);
-  if (n != nodes_.end()) n->second.leases.erase(e.job.id);
   std::lock_guard<std::mutex> lock(delivery_mu_);
-  delivered_.erase({e.job.id, e.job.attempt});
-  cancel_delivered_.erase({e.job.id, e.job.attempt});
+  for (auto& [node_id, gpus] : allocs) {
+    auto n = nodes_.find(node_id);
+    if (n != nodes_.end()) n->second.leases.erase(e.job.id);
+    delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, node_id));
+    cancel_delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, node_id));
+  }
   uncommitted_.erase(e.job.id);
+}
+
+bool Core::DeliveredLocked(const Job& job) const {
+  std::lock_guard<std::mutex> lock(delivery_mu_);
+  for (auto& [node_id, gpus] : Allocs(job, /*live=*/false)) {
+    if (delivered_.count(DeliveryKey(job.id, job.attempt, node_id))) return true;
+  }
+  return false;
 }
 
 void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
@@ -335,6 +409,7 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   SetStatus(e, JobStatus::kQueued);
   e.job.reason = reason;
   e.job.preempt_requested = false;
+  e.job.gang_failure.clear();
   e.queued_since = clock_->NowMs();
   e.job.attempt += 1;
   e.job.node_id.clear();
@@ -356,6 +431,7 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     for (const auto& a : job.attempts) s += AttemptGpuSeconds(a, now);
     return static_cast<int64_t>(s);
   };
+  std::unordered_map<std::string, size_t> running_at;  // job -> index in snap.running
   for (auto& [id, n] : nodes_) {
     sched::NodeView v;
     v.id = id;
@@ -370,6 +446,11 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     }
     snap.views.push_back(std::move(v));
     for (auto& [job_id, gpus] : n.leases) {
+      auto [at, fresh] = running_at.try_emplace(job_id, snap.running.size());
+      if (!fresh) {  // another node of a gang
+        snap.running[at->second].allocs.push_back({id, gpus});
+        continue;
+      }
       const JobEntry& e = jobs_.at(job_id);
       sched::RunningJob r;
       r.id = job_id;
@@ -407,6 +488,7 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     p.account = e.job.owner;
     p.tier = tier(spec);
     p.priority = spec.priority;
+    p.nodes = r.nodes;
     p.gpu_count = r.gpu_count;
     p.gpu_types = r.gpu_types;
     p.gpu_memory_mb = r.gpu_memory_mb;
@@ -483,16 +565,14 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
         !StopReason(e.job).empty()) {
       continue;
     }
-    bool delivered;
-    {
-      std::lock_guard<std::mutex> lock(delivery_mu_);
-      delivered = delivered_.count({e.job.id, e.job.attempt}) > 0;
-    }
+    bool delivered = DeliveredLocked(e.job);
     spdlog::info("preempting {} (attempt {}) for {}", e.job.id, e.job.attempt, pre.for_job_id);
     if (e.job.status == JobStatus::kStarting && !delivered) {
       RequeueLocked(e, "preempted");  // no agent has it yet
     } else {
       e.job.preempt_requested = true;
+      DropUndeliveredRanksLocked(e);
+      if (auto outcome = GangOutcome(e)) (void)FinishLocked(e, *outcome, batch);
     }
     PersistJob(e, batch);
     schedule_needed_ = true;
@@ -502,36 +582,51 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
   // placement anyway: a plan is only ever applied if it is still valid.
   for (const auto& p : plan.placements) {
     auto je = jobs_.find(p.job_id);
-    if (je == jobs_.end() || p.allocs.size() != 1) continue;
-    auto ne = nodes_.find(p.allocs[0].node_id);
-    if (ne == nodes_.end()) continue;
-    const std::vector<int>& gpus = p.allocs[0].gpus;
+    if (je == jobs_.end() || je->second.job.status != JobStatus::kQueued) continue;
     JobEntry& e = je->second;
-    NodeEntry& n = ne->second;
-    if (e.job.status != JobStatus::kQueued || n.node.state != api::NodeState::kReady) continue;
-    std::set<int> used;
-    for (auto& [job, g] : n.leases) used.insert(g.begin(), g.end());
-    bool ok = static_cast<int>(gpus.size()) == e.job.spec.resources.gpu_count;
-    for (int g : gpus) ok = ok && used.count(g) == 0;
+    const api::Resources& res = e.job.spec.resources;
+    bool ok = static_cast<int>(p.allocs.size()) == res.nodes;
+    std::set<std::string> seen;
+    for (const auto& alloc : p.allocs) {
+      auto ne = nodes_.find(alloc.node_id);
+      ok = ok && ne != nodes_.end() && ne->second.node.state == api::NodeState::kReady &&
+           seen.insert(alloc.node_id).second &&
+           static_cast<int>(alloc.gpus.size()) == res.gpu_count;
+      if (!ok) break;
+      std::set<int> used;
+      for (auto& [job, g] : ne->second.leases) used.insert(g.begin(), g.end());
+      for (int g : alloc.gpus) ok = ok && used.count(g) == 0;
+    }
     if (!ok) {
-      spdlog::warn("dropping stale placement of {} on {}", p.job_id, n.node.id);
+      spdlog::warn("dropping stale placement of {}", p.job_id);
       schedule_needed_ = true;
       continue;
     }
-    n.leases[e.job.id] = gpus;
+    for (const auto& alloc : p.allocs) nodes_[alloc.node_id].leases[e.job.id] = alloc.gpus;
     {
       std::lock_guard<std::mutex> lock(delivery_mu_);
       uncommitted_.insert(e.job.id);
     }
     SetStatus(e, JobStatus::kStarting);
-    e.job.node_id = n.node.id;
-    e.job.gpus = gpus;
+    e.job.node_id = p.allocs[0].node_id;
+    e.job.gpus = p.allocs[0].gpus;
     e.job.pending_reason.clear();
     api::Attempt a;
     a.attempt = e.job.attempt;
-    a.node_id = n.node.id;
-    a.gpus = gpus;
-    e.job.attempts.push_back(a);
+    a.node_id = e.job.node_id;
+    a.gpus = e.job.gpus;
+    if (res.nodes > 1) {
+      for (const auto& alloc : p.allocs) {
+        api::Rank r;
+        r.node_id = alloc.node_id;
+        r.gpus = alloc.gpus;
+        a.ranks.push_back(std::move(r));
+      }
+      const api::Node& master = nodes_.at(a.node_id).node;
+      a.master_addr = !master.address.empty() ? master.address : master.hostname;
+      a.master_port = MasterPortLocked(a.node_id, e.job.id, e.job.attempt);
+    }
+    e.job.attempts.push_back(std::move(a));
     PersistJob(e, batch);
   }
   // Pending reasons are derived state: kept in memory, recomputed on every
@@ -543,6 +638,24 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     je->second.job.pending_reason = sched::PendingReason(plan, info);
   }
   if (!full) waiting_after_pass_ += static_cast<int>(plan.pending.size());
+}
+
+// Rank 0 of a gang listens on a port of its node for the other ranks: one
+// from kMasterPortBase on, spread by job id, not used by another gang whose
+// rank 0 is on the same node.
+int Core::MasterPortLocked(const std::string& node_id, const std::string& job_id,
+                           int attempt) const {
+  std::set<int> used;
+  for (auto& [other, gpus] : nodes_.at(node_id).leases) {
+    const api::Attempt* a = Current(jobs_.at(other).job);
+    if (a != nullptr && !a->ranks.empty() && a->node_id == node_id) used.insert(a->master_port);
+  }
+  int offset = static_cast<int>(Fnv(job_id + "#" + std::to_string(attempt)) % kMasterPorts);
+  for (int i = 0; i < kMasterPorts; ++i) {
+    int port = kMasterPortBase + (offset + i) % kMasterPorts;
+    if (!used.count(port)) return port;
+  }
+  return kMasterPortBase + offset;  // more gangs than ports on one node: cannot happen (GPUs)
 }
 
 // ------------------------------------------------------------------ auth
@@ -634,11 +747,7 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
       out = e.job;
       return Status::Ok();
     }
-    bool delivered;
-    {
-      std::lock_guard<std::mutex> lock(delivery_mu_);
-      delivered = delivered_.count({e.job.id, e.job.attempt}) > 0;
-    }
+    bool delivered = DeliveredLocked(e.job);
     if (e.job.status == JobStatus::kStarting && !delivered) {
       // No agent has it yet: end it here and free its GPUs.
       e.job.cancel_requested = true;
@@ -653,6 +762,8 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
     } else {
       e.job.cancel_requested = true;
       e.job.cancel_reason = "cancelled";
+      DropUndeliveredRanksLocked(e);
+      if (auto outcome = GangOutcome(e)) (void)FinishLocked(e, *outcome, batch);
     }
     PersistJob(e, batch);
     out = e.job;
@@ -732,8 +843,9 @@ QueueSummary Core::Queue(const Caller& caller) const {
     for (const auto& [job_id, gpus] : n.leases) used += static_cast<int>(gpus.size());
     if (!n.node.draining) out.free_gpus += static_cast<int>(n.node.gpus.size()) - used;
     for (const auto& [job_id, gpus] : n.leases) {
-      QueueGroup& g = groups[type_of(jobs_.at(job_id).job.spec)];
-      ++g.running_jobs;
+      const Job& job = jobs_.at(job_id).job;
+      QueueGroup& g = groups[type_of(job.spec)];
+      if (job.node_id == id) ++g.running_jobs;  // a gang counts once, at rank 0
       g.running_gpus += static_cast<int>(gpus.size());
     }
   }
@@ -743,13 +855,13 @@ QueueSummary Core::Queue(const Caller& caller) const {
     std::string type = type_of(job.spec);
     QueueGroup& g = groups[type];
     ++g.pending_jobs;
-    g.pending_gpus += job.spec.resources.gpu_count;
+    int gpus = job.spec.resources.gpu_count * job.spec.resources.nodes;
+    g.pending_gpus += gpus;
     auto e = estimates_.find(id);
     int64_t start = e == estimates_.end() ? 0 : e->second;
     if (start > 0) waits[type].push_back(std::max<int64_t>(0, start - now));
     if (Visible(caller, job)) {
-      out.jobs.push_back({id, job.spec.name, type, job.spec.resources.gpu_count, job.pending_reason,
-                          start});
+      out.jobs.push_back({id, job.spec.name, type, gpus, job.pending_reason, start});
     }
   }
   for (auto& [type, g] : groups) {
@@ -837,6 +949,7 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
     n.node.id = node_id;
     n.node.name = req.name;
     n.node.hostname = req.hostname;
+    n.node.address = req.address;
     n.node.gpus = req.gpus;
     n.node.labels = req.labels;
     for (auto& g : n.node.gpus) {
@@ -880,8 +993,9 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
     for (const auto& r : hb.running) {
       reported.insert(r.job_id);
       auto je = jobs_.find(r.job_id);
-      bool ours = je != jobs_.end() && je->second.job.node_id == node_id &&
-                  je->second.job.attempt == r.attempt && n.leases.count(r.job_id);
+      // A lease on this node: the job, or one rank of a gang, runs here.
+      bool ours = je != jobs_.end() && je->second.job.attempt == r.attempt &&
+                  n.leases.count(r.job_id);
       if (!ours) {
         work.cancels.push_back({r.job_id, r.attempt, "not_leased", 0});
       } else if (std::string why = StopReason(je->second.job); !why.empty()) {
@@ -893,12 +1007,17 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
       if (reported.count(job_id)) continue;
       JobEntry& e = jobs_.at(job_id);
       if (now_mono - e.status_since_mono < options_.report_grace_ms) continue;
-      if (e.job.status == JobStatus::kRunning || !StopReason(e.job).empty()) {
+      const api::Attempt* a = Current(e.job);
+      int rank = RankOn(e.job, node_id);
+      bool started_here = e.job.status == JobStatus::kRunning ||
+                          (a != nullptr && rank >= 0 && !a->ranks.empty() &&
+                           a->ranks[static_cast<size_t>(rank)].started_at > 0);
+      if (started_here || !StopReason(e.job).empty()) {
         lost.push_back(job_id);  // a cancelled one ends as cancelled
       } else {
         // Starting but never taken up: offer it again.
         std::lock_guard<std::mutex> lock(delivery_mu_);
-        delivered_.erase({job_id, e.job.attempt});
+        delivered_.erase(DeliveryKey(job_id, e.job.attempt, node_id));
       }
     }
     for (auto& job_id : lost) {
@@ -926,7 +1045,7 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
       std::lock_guard<std::mutex> dlock(delivery_mu_);
       for (auto& [job_id, gpus] : it->second.leases) {
         const JobEntry& e = jobs_.at(job_id);
-        std::pair<std::string, int> key{job_id, e.job.attempt};
+        std::string key = DeliveryKey(job_id, e.job.attempt, node_id);
         if (std::string why = StopReason(e.job); !why.empty()) {
           if (cancel_delivered_.insert(key).second) {
             work.cancels.push_back({job_id, e.job.attempt, why, e.job.spec.grace_s});
@@ -936,7 +1055,18 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
         if (e.job.status == JobStatus::kStarting && !delivered_.count(key) &&
             !uncommitted_.count(job_id)) {
           delivered_.insert(key);
-          work.assignments.push_back({e.job});
+          api::Assignment as{e.job, {}};
+          // The agent sees its own part: its node, its GPUs, its rank.
+          as.job.node_id = node_id;
+          as.job.gpus = gpus;
+          const api::Attempt* a = Current(e.job);
+          if (a != nullptr && !a->ranks.empty()) {
+            as.gang.rank = RankOn(e.job, node_id);
+            as.gang.nnodes = static_cast<int>(a->ranks.size());
+            as.gang.master_addr = a->master_addr;
+            as.gang.master_port = a->master_port;
+          }
+          work.assignments.push_back(std::move(as));
         }
       }
     }
@@ -946,34 +1076,38 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
   }
 }
 
-Status Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
-                           int attempt, bool current_only) const {
+Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
+                                int attempt, bool current_only) const {
   std::shared_lock lock(state_mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
   const Job& job = it->second.job;
+  auto not_here = [&] {
+    return Status::NotFound("job " + job_id + " attempt " + std::to_string(attempt) +
+                            " is not assigned to this node");
+  };
   if (current_only) {
     auto n = nodes_.find(node_id);
-    bool leased = n != nodes_.end() && n->second.leases.count(job_id) && job.node_id == node_id &&
+    int rank = RankOn(job, node_id);
+    bool leased = n != nodes_.end() && n->second.leases.count(job_id) && rank >= 0 &&
                   job.attempt == attempt;
     if (!leased) {
       bool ever = false;
-      for (auto& a : job.attempts) ever = ever || a.node_id == node_id;
+      for (auto& a : job.attempts) ever = ever || RankIn(job, a.attempt, node_id) >= 0;
       if (!ever) return Status::NotFound("job " + job_id + " is not assigned to this node");
       return Status::Conflict("job " + job_id + " attempt " + std::to_string(attempt) +
                               " is not leased to this node");
     }
-    return Status::Ok();
+    return rank;
   }
   if (attempt > 0) {
-    for (auto& a : job.attempts) {
-      if (a.attempt == attempt && a.node_id == node_id) return Status::Ok();
-    }
-    return Status::NotFound("job " + job_id + " attempt " + std::to_string(attempt) +
-                            " is not assigned to this node");
+    int rank = RankIn(job, attempt, node_id);
+    if (rank < 0) return not_here();
+    return rank;
   }
-  if (job.node_id != node_id) return Status::NotFound("job " + job_id + " is not assigned to this node");
-  return Status::Ok();
+  int rank = RankOn(job, node_id);
+  if (rank < 0) return Status::NotFound("job " + job_id + " is not assigned to this node");
+  return rank;
 }
 
 Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
@@ -983,8 +1117,9 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
     if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
     JobEntry& e = it->second;
     auto n = nodes_.find(node_id);
-    bool leased = n != nodes_.end() && n->second.leases.count(job_id) &&
-                  e.job.node_id == node_id && e.job.attempt == ev.attempt;
+    int rank = RankOn(e.job, node_id);
+    bool leased = n != nodes_.end() && n->second.leases.count(job_id) && rank >= 0 &&
+                  e.job.attempt == ev.attempt;
     if (!leased) {
       // An event for an attempt we already ended (node was lost, job
       // requeued): the agent must stop it, and nothing changes here.
@@ -992,6 +1127,12 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
                               " is not leased to this node");
     }
     int64_t now = clock_->NowMs();
+    const api::Attempt* current = Current(e.job);
+    if (current != nullptr && !current->ranks.empty()) {
+      auto outcome = GangEventLocked(e, rank, ev, batch);
+      if (!outcome) return Status::Ok();  // other ranks still run
+      return FinishLocked(e, *outcome, batch);
+    }
     if (ev.state == "running") {
       if (e.job.status == JobStatus::kStarting) {
         SetStatus(e, JobStatus::kRunning);
@@ -1001,50 +1142,153 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
       }
       return Status::Ok();
     }
-    // exited
-    if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
-      // The agent was stopped, not the job: it runs again elsewhere.
-      RequeueLocked(e, "agent_shutdown");
-      PersistJob(e, batch);
-      return Status::Ok();
-    }
-    if (e.job.preempt_requested && !e.job.cancel_requested && ev.reason == "preempted") {
-      // Stopped for higher-ranked work: back to the queue, same id, next
-      // attempt. Whatever the exit, it does not count as a failure.
-      RequeueLocked(e, "preempted");
-      PersistJob(e, batch);
-      return Status::Ok();
-    }
-    std::string reason;
-    JobStatus final_status;
-    if (e.job.cancel_requested) {
-      final_status = JobStatus::kCancelled;
-      reason = e.job.cancel_reason;
-    } else if (ev.reason == "timeout") {
-      final_status = JobStatus::kFailed;
-      reason = "timeout";
-    } else if (!ev.reason.empty()) {
-      final_status = JobStatus::kFailed;
-      reason = ev.reason;
-    } else if (ev.exit_code && *ev.exit_code == 0) {
-      final_status = JobStatus::kCompleted;
-    } else {
-      final_status = JobStatus::kFailed;
-      reason = "exit_code:" + std::to_string(ev.exit_code.value_or(-1));
-    }
-    ReleaseLocked(e, reason.empty() ? "completed" : reason, ev.exit_code);
-    SetStatus(e, final_status);
-    e.job.reason = reason;
-    e.job.exit_code = ev.exit_code;
-    e.job.finished_at = now;
-    if (e.job.started_at == 0) e.job.started_at = now;
-    PersistJob(e, batch);
-    {
-      std::lock_guard<std::mutex> lock(delivery_mu_);
-      cancel_delivered_.erase({job_id, ev.attempt});
-    }
-    return Status::Ok();
+    return FinishLocked(e, ev, batch);
   });
+}
+
+// A rank of a gang reports. Returns the outcome of the whole job once its
+// last rank has exited, nullopt while others still run.
+std::optional<api::JobEvent> Core::GangEventLocked(JobEntry& e, int rank, const api::JobEvent& ev,
+                                                   store::WriteBatch& batch) {
+  int64_t now = clock_->NowMs();
+  api::Attempt& a = e.job.attempts.back();
+  api::Rank& r = a.ranks[static_cast<size_t>(rank)];
+  if (ev.state == "running") {
+    if (r.started_at == 0) {
+      r.started_at = now;
+      if (a.started_at == 0) a.started_at = now;
+      bool all = true;
+      for (const auto& other : a.ranks) all = all && other.started_at > 0;
+      if (all && e.job.status == JobStatus::kStarting) {
+        SetStatus(e, JobStatus::kRunning);
+        e.job.started_at = now;
+      }
+      PersistJob(e, batch);
+    }
+    return std::nullopt;
+  }
+  if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
+    return ev;  // that node's part runs again, so the whole gang does
+  }
+  // This rank is done: its GPUs are free now.
+  r.finished_at = now;
+  r.reason = ev.reason;
+  r.exit_code = ev.exit_code;
+  if (r.started_at == 0) r.started_at = now;
+  {
+    std::lock_guard<std::mutex> lock(delivery_mu_);
+    delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, r.node_id));
+    cancel_delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, r.node_id));
+  }
+  nodes_[r.node_id].leases.erase(e.job.id);
+  bool failed = !ev.reason.empty() || !ev.exit_code || *ev.exit_code != 0;
+  if (failed && StopReason(e.job).empty()) {
+    e.job.gang_failure = !ev.reason.empty() ? ev.reason
+                                            : "exit_code:" + std::to_string(ev.exit_code.value_or(-1));
+    spdlog::info("job {} attempt {}: rank {} failed ({}); stopping the other ranks", e.job.id,
+                 e.job.attempt, rank, e.job.gang_failure);
+    DropUndeliveredRanksLocked(e);
+  }
+  auto out = GangOutcome(e);
+  if (!out) PersistJob(e, batch);
+  return out;
+}
+
+// Ranks no agent has been handed yet cannot get the notice: when the gang
+// is being stopped they end here, at once.
+void Core::DropUndeliveredRanksLocked(JobEntry& e) {
+  const api::Attempt* current = Current(e.job);
+  if (current == nullptr || current->ranks.empty()) return;
+  api::Attempt& a = e.job.attempts.back();
+  std::string why = StopReason(e.job);
+  int64_t now = clock_->NowMs();
+  std::lock_guard<std::mutex> lock(delivery_mu_);
+  for (auto& r : a.ranks) {
+    if (r.finished_at > 0 || delivered_.count(DeliveryKey(e.job.id, e.job.attempt, r.node_id))) {
+      continue;
+    }
+    r.finished_at = now;
+    if (r.started_at == 0) r.started_at = now;
+    r.reason = why;
+    nodes_[r.node_id].leases.erase(e.job.id);
+  }
+}
+
+// The outcome of a gang attempt once its last rank has exited; nullopt
+// while any still runs.
+std::optional<api::JobEvent> Core::GangOutcome(const JobEntry& e) const {
+  const api::Attempt* current = Current(e.job);
+  if (current == nullptr || current->ranks.empty()) return std::nullopt;
+  const api::Attempt& a = *current;
+  for (const auto& other : a.ranks) {
+    if (other.finished_at == 0) return std::nullopt;
+  }
+  api::JobEvent out;
+  out.attempt = a.attempt;
+  out.state = "exited";
+  out.exit_code = 0;
+  bool preempted = false;
+  for (const auto& other : a.ranks) preempted = preempted || other.reason == "preempted";
+  if (preempted) {
+    out.reason = "preempted";
+  } else if (!e.job.gang_failure.empty()) {
+    // The rank that failed first, not the ones stopped because of it.
+    const api::Rank* first = nullptr;
+    for (const auto& other : a.ranks) {
+      bool bad = !other.reason.empty() || !other.exit_code || *other.exit_code != 0;
+      if (!bad || other.reason == "gang_failed") continue;
+      if (first == nullptr || other.finished_at < first->finished_at) first = &other;
+    }
+    out.reason = e.job.gang_failure;
+    if (first != nullptr) {
+      out.reason = first->reason;
+      out.exit_code = first->exit_code;
+    }
+  }
+  return out;
+}
+
+// The job's (last) process exited: it ends, or returns to the queue.
+Status Core::FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatch& batch) {
+  int64_t now = clock_->NowMs();
+  if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
+    // The agent was stopped, not the job: it runs again elsewhere.
+    RequeueLocked(e, "agent_shutdown");
+    PersistJob(e, batch);
+    return Status::Ok();
+  }
+  if (e.job.preempt_requested && !e.job.cancel_requested && ev.reason == "preempted") {
+    // Stopped for higher-ranked work: back to the queue, same id, next
+    // attempt. Whatever the exit, it does not count as a failure.
+    RequeueLocked(e, "preempted");
+    PersistJob(e, batch);
+    return Status::Ok();
+  }
+  std::string reason;
+  JobStatus final_status;
+  if (e.job.cancel_requested) {
+    final_status = JobStatus::kCancelled;
+    reason = e.job.cancel_reason;
+  } else if (ev.reason == "timeout") {
+    final_status = JobStatus::kFailed;
+    reason = "timeout";
+  } else if (!ev.reason.empty()) {
+    final_status = JobStatus::kFailed;
+    reason = ev.reason;
+  } else if (ev.exit_code && *ev.exit_code == 0) {
+    final_status = JobStatus::kCompleted;
+  } else {
+    final_status = JobStatus::kFailed;
+    reason = "exit_code:" + std::to_string(ev.exit_code.value_or(-1));
+  }
+  ReleaseLocked(e, reason.empty() ? "completed" : reason, ev.exit_code);
+  SetStatus(e, final_status);
+  e.job.reason = reason;
+  e.job.exit_code = ev.exit_code;
+  e.job.finished_at = now;
+  if (e.job.started_at == 0) e.job.started_at = now;
+  PersistJob(e, batch);
+  return Status::Ok();
 }
 
 // ------------------------------------------------------------------ notification

@@ -43,6 +43,11 @@ struct Caller {
   std::string subject;  // user id, node id; "admin" for the admin token
 };
 
+// Rank 0 of a gang listens for the others on a port in
+// [kMasterPortBase, kMasterPortBase + kMasterPorts) of its node.
+inline constexpr int kMasterPortBase = 29500;
+inline constexpr int kMasterPorts = 1000;
+
 struct CoreOptions {
   int64_t node_timeout_ms = 10'000;
   // A job whose agent stops reporting it for this long after it started is
@@ -137,10 +142,11 @@ class Core {
   // Work not yet handed to this node; waits up to `wait_ms` for some.
   Result<api::AgentWork> PollWork(const std::string& node_id, int64_t wait_ms);
   Status JobEvent(const std::string& node_id, const std::string& job_id, const api::JobEvent& ev);
-  // Ok if `job_id` is (or was, for `attempt`) leased to `node_id`. With
-  // `current_only`, only the attempt leased to it now counts (kConflict
-  // otherwise): what a stale attempt uploads must not replace results.
-  Status CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt,
+  // The rank `node_id` runs (or ran, for `attempt`) of `job_id`: 0 for a
+  // single-node job; NotFound if it never did. With `current_only`, only
+  // the attempt leased to it now counts (kConflict otherwise): what a stale
+  // attempt uploads must not replace results.
+  Result<int> CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt,
                        bool current_only = false) const;
 
   // --- change notification (log appends, state changes) ---
@@ -196,6 +202,19 @@ class Core {
   // Node gone: its jobs go back to the queue (or end, if being cancelled).
   void RequeueLocked(JobEntry& e, const std::string& reason);
   void SetStatus(JobEntry& e, api::JobStatus s);
+  // Whether an agent has been handed any part of the job's current attempt.
+  bool DeliveredLocked(const api::Job& job) const;
+  // A free rendezvous port for a gang whose rank 0 runs on `node_id`.
+  int MasterPortLocked(const std::string& node_id, const std::string& job_id, int attempt) const;
+  // A rank of a gang reported; the job's outcome once its last rank exited.
+  std::optional<api::JobEvent> GangEventLocked(JobEntry& e, int rank, const api::JobEvent& ev,
+                                               store::WriteBatch& batch);
+  // While a gang is being stopped: its ranks no agent was handed end now.
+  void DropUndeliveredRanksLocked(JobEntry& e);
+  // A gang attempt's outcome once every rank has exited, else nullopt.
+  std::optional<api::JobEvent> GangOutcome(const JobEntry& e) const;
+  // The job's process (or its gang's last one) exited with `ev`.
+  Status FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatch& batch);
   // Why the current attempt is being stopped ("cancelled", "preempted"), or "".
   static std::string StopReason(const api::Job& job);
 
@@ -229,8 +248,9 @@ class Core {
   // Delivery to agents (not durable: after a restart everything in flight
   // is offered again and agents deduplicate).
   mutable std::mutex delivery_mu_;
-  std::set<std::pair<std::string, int>> delivered_;         // (job, attempt) assignments
-  std::set<std::pair<std::string, int>> cancel_delivered_;  // (job, attempt) cancels
+  // Keys "job#attempt@node": a gang's ranks are delivered one node at a time.
+  std::set<std::string> delivered_;         // assignments
+  std::set<std::string> cancel_delivered_;  // cancels
   // Placed in the batch being written: not offered before it is durable.
   std::set<std::string> uncommitted_;
 

@@ -56,11 +56,13 @@ class CoreTest : public ::testing::Test {
     EXPECT_TRUE(u.ok()) << u.status().ToString();
     return Caller{Scope::kUser, u->first.id};
   }
-  std::string AddNode(const std::string& name, int gpus) {
+  std::string AddNode(const std::string& name, int gpus, const std::string& address = "") {
     auto join = core_->CreateJoinToken();
     auto caller = core_->Authenticate(*join);
     EXPECT_TRUE(caller.ok());
-    auto reg = core_->RegisterNode(*caller, Machine(name, gpus));
+    api::RegisterRequest req = Machine(name, gpus);
+    req.address = address;
+    auto reg = core_->RegisterNode(*caller, req);
     EXPECT_TRUE(reg.ok()) << reg.status().ToString();
     return reg->first;
   }
@@ -243,6 +245,204 @@ TEST_F(CoreTest, PreemptedSpotJobRequeuesOnlyWhenItStoppedForThePreemption) {
   auto finished = core_->GetJob(alice, done);
   EXPECT_EQ(finished->status, JobStatus::kCompleted);
   EXPECT_EQ(finished->attempt, 1);
+}
+
+api::JobSpec Gang(int nodes, int gpus_per_node) {
+  api::JobSpec s = Spec(gpus_per_node);
+  s.resources.nodes = nodes;
+  return s;
+}
+
+TEST_F(CoreTest, GangStartsOnAllItsNodesAtOnceWithOneRendezvous) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 2, "10.0.0.1");
+  auto waiting = core_->SubmitJob(alice, Gang(2, 2), "");
+  ASSERT_TRUE(waiting.ok());
+  // One node is not enough: it waits whole, holding nothing.
+  EXPECT_EQ(waiting->first.status, JobStatus::kQueued);
+  EXPECT_TRUE(core_->PollWork(a, 0)->assignments.empty());
+  std::string b = AddNode("b", 2, "10.0.0.2");
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, waiting->first.id)->status == JobStatus::kStarting; }));
+  const std::string id = waiting->first.id;
+  auto job = core_->GetJob(alice, id);
+  ASSERT_EQ(job->attempts.size(), 1u);
+  const api::Attempt& at = job->attempts[0];
+  ASSERT_EQ(at.ranks.size(), 2u);
+  EXPECT_EQ(at.node_id, at.ranks[0].node_id);
+  EXPECT_NE(at.ranks[0].node_id, at.ranks[1].node_id);
+  EXPECT_GE(at.master_port, kMasterPortBase);
+  EXPECT_LT(at.master_port, kMasterPortBase + kMasterPorts);
+  std::string rank0 = at.ranks[0].node_id;
+  std::string rank1 = at.ranks[1].node_id;
+  EXPECT_EQ(at.master_addr, rank0 == a ? "10.0.0.1" : "10.0.0.2");
+
+  // Each node gets its own part, with the same rendezvous.
+  auto w0 = core_->PollWork(rank0, 0);
+  auto w1 = core_->PollWork(rank1, 0);
+  ASSERT_EQ(w0->assignments.size(), 1u);
+  ASSERT_EQ(w1->assignments.size(), 1u);
+  EXPECT_EQ(w0->assignments[0].gang.rank, 0);
+  EXPECT_EQ(w1->assignments[0].gang.rank, 1);
+  EXPECT_EQ(w1->assignments[0].gang.nnodes, 2);
+  EXPECT_EQ(w1->assignments[0].gang.master_addr, at.master_addr);
+  EXPECT_EQ(w1->assignments[0].gang.master_port, at.master_port);
+  EXPECT_EQ(w1->assignments[0].job.node_id, rank1);
+  EXPECT_EQ(w1->assignments[0].job.gpus, at.ranks[1].gpus);
+  EXPECT_EQ(*core_->CheckAgentJob(rank1, id, 1), 1);
+  EXPECT_EQ(*core_->CheckAgentJob(rank0, id, 1, /*current_only=*/true), 0);
+
+  // Running once every rank runs; completed once every rank exits 0.
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "running", std::nullopt, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kStarting);
+  ASSERT_TRUE(core_->JobEvent(rank1, id, {1, "running", std::nullopt, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kRunning);
+  clock_.Advance(5'000);
+  ASSERT_TRUE(core_->JobEvent(rank1, id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kRunning);
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "exited", 0, "", ""}).ok());
+  auto done = core_->GetJob(alice, id);
+  EXPECT_EQ(done->status, JobStatus::kCompleted);
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_DOUBLE_EQ(api::AttemptGpuSeconds(done->attempts[0], 0), 20.0);  // 2 nodes x 2 GPUs x 5 s
+  for (const auto& n : core_->ListNodes()) EXPECT_TRUE(n.leases.empty()) << n.node.name;
+}
+
+TEST_F(CoreTest, OneFailedRankStopsTheGangAndFailsTheJob) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  ASSERT_EQ(gang->first.status, JobStatus::kStarting);
+  const std::string id = gang->first.id;
+  auto at = gang->first.attempts.at(0);
+  std::string rank0 = at.ranks[0].node_id;
+  std::string rank1 = at.ranks[1].node_id;
+  ASSERT_EQ(core_->PollWork(rank0, 0)->assignments.size(), 1u);
+  ASSERT_EQ(core_->PollWork(rank1, 0)->assignments.size(), 1u);
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "running", std::nullopt, "", ""}).ok());
+  ASSERT_TRUE(core_->JobEvent(rank1, id, {1, "running", std::nullopt, "", ""}).ok());
+  ASSERT_TRUE(core_->JobEvent(rank1, id, {1, "exited", 3, "", ""}).ok());
+  // Rank 0 gets the notice; the job is not over until it has stopped.
+  auto work = core_->PollWork(rank0, 0);
+  ASSERT_EQ(work->cancels.size(), 1u);
+  EXPECT_EQ(work->cancels[0].reason, "gang_failed");
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kRunning);
+  // Rank 1's GPU is free already: another job can start there.
+  auto next = core_->SubmitJob(alice, Spec(1), "");
+  EXPECT_EQ(next->first.status, JobStatus::kStarting);
+  EXPECT_EQ(next->first.node_id, rank1);
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "exited", 143, "gang_failed", ""}).ok());
+  auto failed = core_->GetJob(alice, id);
+  EXPECT_EQ(failed->status, JobStatus::kFailed);
+  EXPECT_EQ(failed->reason, "exit_code:3");
+  EXPECT_EQ(failed->exit_code, 3);
+  EXPECT_EQ(failed->attempts[0].ranks[1].exit_code, 3);
+  EXPECT_EQ(failed->attempts[0].ranks[0].reason, "gang_failed");
+}
+
+TEST_F(CoreTest, RanksNoAgentHasYetEndAtOnceWhenTheGangStops) {
+  Caller alice = User("alice");
+  AddNode("a", 1);
+  AddNode("b", 1);
+  // Rank 1 fails before rank 0's agent ever asked for its part.
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  std::string id = gang->first.id;
+  auto at = gang->first.attempts.at(0);
+  ASSERT_EQ(core_->PollWork(at.ranks[1].node_id, 0)->assignments.size(), 1u);
+  ASSERT_TRUE(core_->JobEvent(at.ranks[1].node_id, id, {1, "exited", 4, "", ""}).ok());
+  auto failed = core_->GetJob(alice, id);
+  EXPECT_EQ(failed->status, JobStatus::kFailed);
+  EXPECT_EQ(failed->reason, "exit_code:4");
+  EXPECT_TRUE(core_->PollWork(at.ranks[0].node_id, 0)->assignments.empty());
+
+  // A cancel with one rank handed out: the other ends here, the job once
+  // the handed-out one has stopped.
+  gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  id = gang->first.id;
+  at = gang->first.attempts.at(0);
+  ASSERT_EQ(core_->PollWork(at.ranks[0].node_id, 0)->assignments.size(), 1u);
+  ASSERT_TRUE(core_->CancelJob(alice, id).ok());
+  EXPECT_TRUE(core_->PollWork(at.ranks[1].node_id, 0)->cancels.empty());
+  ASSERT_EQ(core_->PollWork(at.ranks[0].node_id, 0)->cancels.size(), 1u);
+  ASSERT_TRUE(core_->JobEvent(at.ranks[0].node_id, id, {1, "exited", 143, "cancelled", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kCancelled);
+  for (const auto& n : core_->ListNodes()) EXPECT_TRUE(n.leases.empty()) << n.node.name;
+}
+
+TEST_F(CoreTest, LostNodeRequeuesTheWholeGang) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  const std::string id = gang->first.id;
+  auto at = gang->first.attempts.at(0);
+  std::string rank0 = at.ranks[0].node_id;
+  std::string rank1 = at.ranks[1].node_id;
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "running", std::nullopt, "", ""}).ok());
+  ASSERT_TRUE(core_->JobEvent(rank1, id, {1, "running", std::nullopt, "", ""}).ok());
+  // Rank 1's node goes silent; rank 0's keeps reporting its part.
+  api::Heartbeat hb;
+  hb.running.push_back({id, 1});
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(1000);
+    ASSERT_TRUE(core_->Heartbeat(rank0, hb).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->attempt == 2; }));
+  auto j = core_->GetJob(alice, id);
+  EXPECT_EQ(j->status, JobStatus::kQueued);  // one node left: waits for two
+  EXPECT_EQ(j->attempts[0].reason, "node_lost");
+  // The surviving rank is told to stop at once.
+  auto work = core_->Heartbeat(rank0, hb);
+  ASSERT_EQ(work->cancels.size(), 1u);
+  EXPECT_EQ(work->cancels[0].reason, "not_leased");
+  for (const auto& n : core_->ListNodes()) EXPECT_TRUE(n.leases.empty()) << n.node.name;
+}
+
+TEST_F(CoreTest, PreemptedGangRequeuesOnceEveryRankStopped) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  api::JobSpec spot = Gang(2, 1);
+  spot.tier = "spot";
+  auto gang = core_->SubmitJob(alice, spot, "");
+  const std::string id = gang->first.id;
+  for (const auto& node : {a, b}) {
+    ASSERT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);
+    ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
+  }
+  auto urgent = core_->SubmitJob(alice, Spec(1), "");
+  ASSERT_TRUE(core_->GetJob(alice, id)->preempt_requested);
+  for (const auto& node : {a, b}) {
+    auto work = core_->PollWork(node, 0);
+    ASSERT_EQ(work->cancels.size(), 1u);
+    EXPECT_EQ(work->cancels[0].reason, "preempted");
+  }
+  ASSERT_TRUE(core_->JobEvent(a, id, {1, "exited", 143, "preempted", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->attempt, 1);
+  ASSERT_TRUE(core_->JobEvent(b, id, {1, "exited", 143, "preempted", ""}).ok());
+  auto j = core_->GetJob(alice, id);
+  EXPECT_EQ(j->attempt, 2);
+  EXPECT_EQ(j->reason, "preempted");
+  EXPECT_EQ(core_->GetJob(alice, urgent->first.id)->status, JobStatus::kStarting);
+}
+
+TEST_F(CoreTest, GangSurvivesRestart) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  const std::string id = gang->first.id;
+  ASSERT_TRUE(core_->JobEvent(a, id, {1, "running", std::nullopt, "", ""}).ok());
+  ASSERT_TRUE(core_->JobEvent(b, id, {1, "running", std::nullopt, "", ""}).ok());
+  ASSERT_TRUE(core_->JobEvent(b, id, {1, "exited", 0, "", ""}).ok());
+  Reboot();
+  // The live rank's lease is back, the finished one's is not.
+  std::map<std::string, size_t> leases;
+  for (const auto& n : core_->ListNodes()) leases[n.node.id] = n.leases.size();
+  EXPECT_EQ(leases[a], 1u);
+  EXPECT_EQ(leases[b], 0u);
+  ASSERT_TRUE(core_->JobEvent(a, id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kCompleted);
 }
 
 TEST_F(CoreTest, IdempotencyKeyCreatesOnce) {

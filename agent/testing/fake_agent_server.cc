@@ -219,7 +219,7 @@ FakeAgentServer::Response FakeAgentServer::Handle(const Request& req) {
                  [this] { return !assignments_.empty() || closing_; });
     api::AgentWork work;
     while (!assignments_.empty()) {
-      work.assignments.push_back({assignments_.front()});
+      work.assignments.push_back({assignments_.front(), {}});
       assignments_.pop_front();
     }
     return {200, api::ToJson(work).dump()};

@@ -16,6 +16,9 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
     if (!body.ok()) return ErrorResponse(body.status());
     auto reg = api::RegisterRequestFromJson(*body);
     if (!reg.ok()) return ErrorResponse(reg.status());
+    // Without --advertise-addr, the other nodes of a gang reach this one
+    // where its registration came from.
+    if (reg->address.empty()) reg->address = req.remote_addr;
     auto result = core_->RegisterNode(caller, *reg);
     if (!result.ok()) return ErrorResponse(result.status());
     return JsonResponse(200, {{"node_id", result->first}, {"node_token", result->second}});
@@ -59,23 +62,30 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
       auto offset = QueryInt(req, "offset", -1, 0, int64_t{1} << 50);
       if (!offset.ok()) return ErrorResponse(offset.status());
       if (*offset < 0) return ErrorResponse(Status::InvalidArgument("is required", "offset"));
-      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
-      if (st.ok()) st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *offset, req.body);
+      // A gang's ranks each have their own log; the node says which rank.
+      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      if (!rank.ok()) return ErrorResponse(rank.status());
+      Status st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *rank, *offset, req.body);
       if (!st.ok()) return ErrorResponse(st);
       core_->NotifyChange();
-      return JsonResponse(200, {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt))}});
+      return JsonResponse(200,
+                          {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt), *rank)}});
     }
     if (what == "outputs" && req.method == "PUT") {
       if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
-      Status st = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt),
+      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt),
                                        /*current_only=*/true);
-      if (st.ok()) st = blobs_->PutOutput(job_id, req.Query("path"), req.body);
+      if (!rank.ok()) return ErrorResponse(rank.status());
+      // Rank 0's outputs are the job's; another rank's go under rank-<r>/.
+      std::string path = req.Query("path");
+      if (*rank > 0) path = "rank-" + std::to_string(*rank) + "/" + path;
+      Status st = blobs_->PutOutput(job_id, path, req.body);
       if (!st.ok()) return ErrorResponse(st);
       return JsonResponse(200, {{"ok", true}});
     }
     if (what == "code" && req.method == "GET") {
-      Status st = core_->CheckAgentJob(node_id, job_id, 0);
-      if (!st.ok()) return ErrorResponse(st);
+      auto rank = core_->CheckAgentJob(node_id, job_id, 0);
+      if (!rank.ok()) return ErrorResponse(rank.status());
       auto job = core_->GetJob(Caller{Scope::kAdmin, "admin"}, job_id);
       if (!job.ok()) return ErrorResponse(job.status());
       if (job->spec.code.empty()) return ErrorResponse(Status::NotFound("job has no code archive"));

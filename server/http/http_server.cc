@@ -190,6 +190,18 @@ void HttpServer::Impl::Session(tcp::socket socket) {
     --connections;
     return;
   }
+  std::string remote_addr;
+  {
+    auto peer = socket.remote_endpoint(ec);
+    if (!ec) {
+      auto addr = peer.address();
+      // An IPv4 peer on a dual-stack socket reads as ::ffff:a.b.c.d.
+      if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+        addr = net::ip::make_address_v4(net::ip::v4_mapped, addr.to_v6());
+      }
+      remote_addr = addr.to_string();
+    }
+  }
   beast::flat_buffer buffer;
   while (!stopping) {
     http::request_parser<http::string_body> parser;
@@ -244,6 +256,7 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       req.headers[name] = std::string(f.value());
     }
     req.body = std::move(msg.body());
+    req.remote_addr = remote_addr;
     bool keep_alive = msg.keep_alive();
 
     Response out;

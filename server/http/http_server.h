@@ -23,6 +23,7 @@ struct Request {
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> headers; // lowercase names
   std::string body;
+  std::string remote_addr;  // the peer's IP address
 
   std::string Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);

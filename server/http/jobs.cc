@@ -82,6 +82,16 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
   if (!attempt.ok()) return ErrorResponse(attempt.status());
   auto offset = QueryInt(req, "offset", 0, 0, int64_t{1} << 50);
   if (!offset.ok()) return ErrorResponse(offset.status());
+  auto rank_q = QueryInt(req, "rank", 0, 0, api::kMaxNodes - 1);
+  if (!rank_q.ok()) return ErrorResponse(rank_q.status());
+  int rank = static_cast<int>(*rank_q);
+  if (rank >= job->spec.resources.nodes) {
+    return ErrorResponse(Status::InvalidArgument(
+        "job " + id + " runs on " + std::to_string(job->spec.resources.nodes) +
+            (job->spec.resources.nodes == 1 ? " node (rank 0)" : " nodes (ranks 0 to " +
+                                                                     std::to_string(job->spec.resources.nodes - 1) + ")"),
+        "rank"));
+  }
   std::string follow = req.Query("follow");
   if (!follow.empty() && follow != "true" && follow != "false" && follow != "1" && follow != "0") {
     return ErrorResponse(Status::InvalidArgument("must be true or false", "follow"));
@@ -93,7 +103,7 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
   Response r;
   r.content_type = "text/plain; charset=utf-8";
   if (follow != "true" && follow != "1") {
-    auto text = blobs_->ReadLog(id, att, *offset);
+    auto text = blobs_->ReadLog(id, att, rank, *offset);
     if (!text.ok()) return ErrorResponse(text.status());
     r.body = std::move(text).value();
     r.headers["X-Tide-Attempt"] = std::to_string(att);
@@ -101,14 +111,14 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
   }
   int64_t start_offset = *offset;
   bool pinned = *attempt > 0;
-  r.stream = [this, caller, id, att, start_offset, pinned](const ChunkWriter& write) {
+  r.stream = [this, caller, id, att, rank, start_offset, pinned](const ChunkWriter& write) {
     int current = att;
     int64_t pos = start_offset;
     while (true) {
       uint64_t seen = core_->epoch();
       auto now = core_->GetJob(caller, id);
       if (!now.ok()) return;
-      auto text = blobs_->ReadLog(id, current, pos, 1 << 20);
+      auto text = blobs_->ReadLog(id, current, rank, pos, 1 << 20);
       if (text.ok() && !text->empty()) {
         pos += static_cast<int64_t>(text->size());
         if (!write(*text)) return;
@@ -125,7 +135,7 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
       if (finished) {
         // The agent ships the last bytes before it reports the exit, so
         // one more read after seeing the end gets everything.
-        auto rest = blobs_->ReadLog(id, current, pos, 64 << 20);
+        auto rest = blobs_->ReadLog(id, current, rank, pos, 64 << 20);
         if (rest.ok() && !rest->empty()) write(*rest);
         return;
       }
