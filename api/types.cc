@@ -749,6 +749,7 @@ Status StatusFromErrorJson(int http_status, const std::string& body) {
   if (code == "unauthenticated") return Status::Unauthenticated(msg);
   if (code == "permission_denied") return Status::PermissionDenied(msg);
   if (code == "too_large") return Status::TooLarge(msg);
+  if (code == "insufficient_credit") return Status::InsufficientCredit(msg);
   if (code == "unavailable") return Status::Unavailable(msg);
   if (code == "internal") return Status::Internal(msg);
   if (http_status == 400) return Status::InvalidArgument(msg, field);
@@ -757,6 +758,7 @@ Status StatusFromErrorJson(int http_status, const std::string& body) {
   if (http_status == 404) return Status::NotFound(msg);
   if (http_status == 409) return Status::Conflict(msg);
   if (http_status == 413) return Status::TooLarge(msg);
+  if (http_status == 402) return Status::InsufficientCredit(msg);
   if (http_status == 503) return Status::Unavailable(msg);
   return Status::Internal(msg);
 }

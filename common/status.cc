@@ -11,6 +11,7 @@ const char* CodeName(Code code) {
     case Code::kUnauthenticated: return "unauthenticated";
     case Code::kPermissionDenied: return "permission_denied";
     case Code::kTooLarge: return "too_large";
+    case Code::kInsufficientCredit: return "insufficient_credit";
     case Code::kUnavailable: return "unavailable";
     case Code::kInternal: return "internal";
   }

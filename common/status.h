@@ -20,6 +20,7 @@ enum class Code : uint8_t {
   kUnauthenticated,
   kPermissionDenied,
   kTooLarge,
+  kInsufficientCredit,  // not enough balance, or a budget cap would be passed
   kUnavailable,
   kInternal,
 };
@@ -43,6 +44,9 @@ class [[nodiscard]] Status {
     return Status(Code::kPermissionDenied, std::move(msg));
   }
   static Status TooLarge(std::string msg) { return Status(Code::kTooLarge, std::move(msg)); }
+  static Status InsufficientCredit(std::string msg) {
+    return Status(Code::kInsufficientCredit, std::move(msg));
+  }
   static Status Unavailable(std::string msg) { return Status(Code::kUnavailable, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
 

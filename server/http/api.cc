@@ -19,6 +19,7 @@ int HttpStatus(const Status& s) {
     case Code::kNotFound: return 404;
     case Code::kConflict: return 409;
     case Code::kTooLarge: return 413;
+    case Code::kInsufficientCredit: return 402;
     case Code::kUnavailable: return 503;
     case Code::kInternal: return 500;
   }
