@@ -2,8 +2,8 @@
 //
 // Same contract as the SQLite store, so one test suite runs on both: rows are
 // inserted or replaced by primary key, later rows of a batch win, token
-// deletes apply after token inserts, a user name must be unique (a batch that
-// breaks this is refused whole), and LoadAll orders jobs by created_at, then
+// deletes apply after token inserts, a user name must be unique and a ledger
+// seq is written once (a batch that breaks either is refused whole), and LoadAll orders jobs by created_at, then
 // id, and every other table by primary key. Nothing survives the process.
 // Thread-safe: one mutex guards all state.
 #include <algorithm>
@@ -29,6 +29,15 @@ class MemoryStore final : public Store {
     // Users are the only rows that can be refused (name is UNIQUE), so they
     // go first, applied to copies: a refused batch changes nothing.
     if (!batch.users.empty()) TIDE_RETURN_IF_ERROR(WriteUsers(batch.users));
+    for (const LedgerRow& l : batch.ledger) {
+      if (ledger_.count(l.seq)) {
+        return Status::Conflict("store write: ledger row " + std::to_string(l.seq) +
+                                ": UNIQUE constraint failed: ledger.seq");
+      }
+    }
+    for (const LedgerRow& l : batch.ledger) ledger_[l.seq] = l;
+    for (const CardRow& c : batch.cards) cards_[c.hash] = c;
+    for (const SettingRow& s : batch.settings) settings_[s.key] = s;
     for (const JobRow& j : batch.jobs) jobs_[j.id] = j;
     for (const NodeRow& n : batch.nodes) nodes_[n.id] = n;
     for (const TokenRow& t : batch.tokens) tokens_[t.hash] = t;
@@ -49,6 +58,9 @@ class MemoryStore final : public Store {
     for (const auto& [id, row] : users_) c.users.push_back(row);
     for (const auto& [hash, row] : tokens_) c.tokens.push_back(row);
     for (const auto& [key, row] : idempotency_) c.idempotency.push_back(row);
+    for (const auto& [seq, row] : ledger_) c.ledger.push_back(row);
+    for (const auto& [hash, row] : cards_) c.cards.push_back(row);
+    for (const auto& [key, row] : settings_) c.settings.push_back(row);
     return c;
   }
 
@@ -85,6 +97,9 @@ class MemoryStore final : public Store {
   std::map<std::string, TokenRow> tokens_;           // by hash; GUARDED_BY(mu_)
   std::map<std::pair<std::string, std::string>, IdempotencyRow>
       idempotency_;  // by (owner, key); GUARDED_BY(mu_)
+  std::map<int64_t, LedgerRow> ledger_;        // by seq; GUARDED_BY(mu_)
+  std::map<std::string, CardRow> cards_;       // by hash; GUARDED_BY(mu_)
+  std::map<std::string, SettingRow> settings_;  // by key; GUARDED_BY(mu_)
 };
 
 }  // namespace

@@ -53,6 +53,26 @@ CREATE TABLE idempotency(
   PRIMARY KEY(owner, key)
 );
 )sql"},
+    {2, "ledger, compute cards and settings", R"sql(
+CREATE TABLE ledger(
+  seq INTEGER NOT NULL PRIMARY KEY,
+  at INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  doc TEXT NOT NULL
+);
+CREATE INDEX ledger_job ON ledger(job_id);
+
+CREATE TABLE cards(
+  hash TEXT NOT NULL PRIMARY KEY,
+  doc TEXT NOT NULL
+);
+
+CREATE TABLE settings(
+  key TEXT NOT NULL PRIMARY KEY,
+  value TEXT NOT NULL
+);
+)sql"},
 };
 
 struct StmtDeleter {

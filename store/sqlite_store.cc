@@ -103,11 +103,17 @@ enum StmtId {
   kUpsertToken,
   kDeleteToken,
   kUpsertIdempotency,
+  kInsertLedger,
+  kUpsertCard,
+  kUpsertSetting,
   kSelectJobs,
   kSelectNodes,
   kSelectUsers,
   kSelectTokens,
   kSelectIdempotency,
+  kSelectLedger,
+  kSelectCards,
+  kSelectSettings,
   kNumStmts,
 };
 
@@ -132,11 +138,18 @@ constexpr const char* kSql[kNumStmts] = {
     "DELETE FROM tokens WHERE hash = ?1",
     "INSERT INTO idempotency(owner, key, job_id) VALUES(?1, ?2, ?3) "
     "ON CONFLICT(owner, key) DO UPDATE SET job_id = excluded.job_id",
+    "INSERT INTO ledger(seq, at, kind, job_id, doc) VALUES(?1, ?2, ?3, ?4, ?5)",
+    "INSERT INTO cards(hash, doc) VALUES(?1, ?2) ON CONFLICT(hash) DO UPDATE SET doc = excluded.doc",
+    "INSERT INTO settings(key, value) VALUES(?1, ?2) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     "SELECT id, owner, status, created_at, doc FROM jobs ORDER BY created_at, id",
     "SELECT id, name, doc FROM nodes ORDER BY id",
     "SELECT id, name, created_at FROM users ORDER BY id",
     "SELECT hash, kind, subject, created_at FROM tokens ORDER BY hash",
     "SELECT owner, key, job_id FROM idempotency ORDER BY owner, key",
+    "SELECT seq, at, kind, job_id, doc FROM ledger ORDER BY seq",
+    "SELECT hash, doc FROM cards ORDER BY hash",
+    "SELECT key, value FROM settings ORDER BY key",
 };
 
 class SqliteStore final : public Store {
@@ -223,6 +236,18 @@ class SqliteStore final : public Store {
               "store write: idempotency row (\"" + i.owner + "\", \"" + i.key + "\")", i.owner,
               i.key, i.job_id));
     }
+    for (const LedgerRow& l : batch.ledger) {
+      TIDE_RETURN_IF_ERROR(Run(kInsertLedger, "store write: ledger row " + std::to_string(l.seq),
+                               l.seq, l.at, l.kind, l.job_id, l.doc));
+    }
+    // Card hashes stay out of error messages, like token hashes.
+    for (const CardRow& c : batch.cards) {
+      TIDE_RETURN_IF_ERROR(Run(kUpsertCard, "store write: cards row", c.hash, c.doc));
+    }
+    for (const SettingRow& s : batch.settings) {
+      TIDE_RETURN_IF_ERROR(
+          Run(kUpsertSetting, "store write: settings row \"" + s.key + "\"", s.key, s.value));
+    }
     return Status::Ok();
   }
 
@@ -258,6 +283,16 @@ class SqliteStore final : public Store {
         Select(kSelectIdempotency, "idempotency", c.idempotency, [](sqlite3_stmt* s) {
           return IdempotencyRow{ColumnText(s, 0), ColumnText(s, 1), ColumnText(s, 2)};
         }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectLedger, "ledger", c.ledger, [](sqlite3_stmt* s) {
+      return LedgerRow{sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), ColumnText(s, 2),
+                       ColumnText(s, 3), ColumnText(s, 4)};
+    }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectCards, "cards", c.cards, [](sqlite3_stmt* s) {
+      return CardRow{ColumnText(s, 0), ColumnText(s, 1)};
+    }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectSettings, "settings", c.settings, [](sqlite3_stmt* s) {
+      return SettingRow{ColumnText(s, 0), ColumnText(s, 1)};
+    }));
     return Status::Ok();
   }
 

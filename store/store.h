@@ -54,6 +54,27 @@ struct IdempotencyRow {
   std::string job_id;
 };
 
+// One applied ledger transaction; rows are only ever added, never replaced.
+struct LedgerRow {
+  int64_t seq = 0;  // primary key: 1, 2, ... without gaps
+  int64_t at = 0;
+  std::string kind;
+  std::string job_id;  // "" when not about a job
+  std::string doc;     // JSON of ledger::Transaction
+};
+
+// A compute card, by the SHA-256 of its code.
+struct CardRow {
+  std::string hash;
+  std::string doc;  // JSON: value, expires_at, created_at, redeemed_by, redeemed_at
+};
+
+// Server settings (the price list, ...), by name.
+struct SettingRow {
+  std::string key;
+  std::string value;
+};
+
 // Rows to insert or replace (by primary key) in one transaction.
 struct WriteBatch {
   std::vector<JobRow> jobs;
@@ -62,6 +83,9 @@ struct WriteBatch {
   std::vector<TokenRow> tokens;
   std::vector<std::string> delete_tokens;  // hashes; applied after `tokens`
   std::vector<IdempotencyRow> idempotency;
+  std::vector<LedgerRow> ledger;  // inserted; a seq already stored fails the batch
+  std::vector<CardRow> cards;
+  std::vector<SettingRow> settings;
 
   bool empty() const;
   // Moves all rows of `other` to the end of this batch. A later row for the
@@ -75,6 +99,9 @@ struct Contents {
   std::vector<UserRow> users;
   std::vector<TokenRow> tokens;
   std::vector<IdempotencyRow> idempotency;
+  std::vector<LedgerRow> ledger;  // ordered by seq
+  std::vector<CardRow> cards;
+  std::vector<SettingRow> settings;
 };
 
 class Store {

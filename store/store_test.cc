@@ -40,6 +40,16 @@ bool operator==(const TokenRow& a, const TokenRow& b) {
 bool operator==(const IdempotencyRow& a, const IdempotencyRow& b) {
   return std::tie(a.owner, a.key, a.job_id) == std::tie(b.owner, b.key, b.job_id);
 }
+bool operator==(const LedgerRow& a, const LedgerRow& b) {
+  return std::tie(a.seq, a.at, a.kind, a.job_id, a.doc) ==
+         std::tie(b.seq, b.at, b.kind, b.job_id, b.doc);
+}
+bool operator==(const CardRow& a, const CardRow& b) {
+  return std::tie(a.hash, a.doc) == std::tie(b.hash, b.doc);
+}
+bool operator==(const SettingRow& a, const SettingRow& b) {
+  return std::tie(a.key, a.value) == std::tie(b.key, b.value);
+}
 void PrintTo(const JobRow& r, std::ostream* os) {
   *os << "JobRow{" << r.id << ", " << r.owner << ", " << r.status << ", " << r.created_at << ", "
       << r.doc << "}";
@@ -56,6 +66,10 @@ void PrintTo(const TokenRow& r, std::ostream* os) {
 }
 void PrintTo(const IdempotencyRow& r, std::ostream* os) {
   *os << "IdempotencyRow{" << r.owner << ", " << r.key << ", " << r.job_id << "}";
+}
+void PrintTo(const LedgerRow& r, std::ostream* os) {
+  *os << "LedgerRow{" << r.seq << ", " << r.at << ", " << r.kind << ", " << r.job_id << ", " << r.doc
+      << "}";
 }
 
 namespace {
@@ -168,6 +182,9 @@ WriteBatch OneOfEach() {
   b.users = {{"u-1", "alice", 10}};
   b.tokens = {{"aa11", "user", "u-1", 11}, {"bb22", "admin", "", 12}};
   b.idempotency = {{"u-1", "key-1", "j-1"}};
+  b.ledger = {{1, 20, "redeem", "", R"({"seq":1})"}, {2, 21, "hold", "j-1", R"({"seq":2})"}};
+  b.cards = {{"cc33", R"({"value":5})"}};
+  b.settings = {{"prices", R"({"fee":"0.1"})"}};
   return b;
 }
 
@@ -180,6 +197,21 @@ TEST_P(StoreTest, WritesAndReadsBackEveryRowKind) {
   EXPECT_EQ(c.users, b.users);
   EXPECT_EQ(c.tokens, b.tokens);
   EXPECT_EQ(c.idempotency, b.idempotency);
+  EXPECT_EQ(c.ledger, b.ledger);
+  EXPECT_EQ(c.cards, b.cards);
+  EXPECT_EQ(c.settings, b.settings);
+}
+
+TEST_P(StoreTest, LedgerRowsAreWrittenOnce) {
+  Write(OneOfEach());
+  WriteBatch again;
+  again.jobs = {Job("j-2", 200)};
+  again.ledger = {{2, 99, "charge", "j-1", "{}"}};  // seq 2 exists
+  EXPECT_FALSE(store_->Write(again).ok());
+  Contents c = Load();
+  EXPECT_EQ(c.jobs.size(), 1u) << "the refused batch left nothing";
+  ASSERT_EQ(c.ledger.size(), 2u);
+  EXPECT_EQ(c.ledger[1].kind, "hold");
 }
 
 TEST_P(StoreTest, KeepsTextVerbatim) {
@@ -340,14 +372,15 @@ TEST_P(StoreTest, ConcurrentWritersAllLand) {
 }
 
 TEST_P(StoreTest, SchemaVersionIsLatest) {
-  EXPECT_EQ(internal::LatestSchemaVersion(), 1);
-  EXPECT_EQ(store_->SchemaVersion(), 1);
+  EXPECT_EQ(internal::LatestSchemaVersion(), 2);
+  EXPECT_EQ(store_->SchemaVersion(), 2);
   if (!durable()) return;
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "1");
-  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "1");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "2");
+  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "2");
   EXPECT_EQ(db.Query("PRAGMA journal_mode"), "wal");
-  for (const char* table : {"jobs", "nodes", "users", "tokens", "idempotency"}) {
+  for (const char* table :
+       {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings"}) {
     EXPECT_EQ(db.Query(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
                                    "AND name = '") +
                        table + "'"),
@@ -387,9 +420,9 @@ TEST_P(StoreTest, ReopenDoesNotReapplyMigrations) {
   }
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->SchemaVersion(), 1);
+  EXPECT_EQ(store_->SchemaVersion(), 2);
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "1");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "2");
   EXPECT_EQ(db.Query("SELECT applied_at FROM schema_migrations WHERE version = 1"), "42");
 }
 
@@ -440,7 +473,7 @@ TEST(WriteBatchTest, AppendMovesRowsInOrder) {
   b.idempotency = {{"u-1", "k", "j-2"}};
   EXPECT_FALSE(a.empty());
   a.Append(std::move(b));
-  EXPECT_EQ(JobIds(Contents{a.jobs, {}, {}, {}, {}}), (std::vector<std::string>{"j-1", "j-2"}));
+  EXPECT_EQ(JobIds(Contents{a.jobs, {}, {}, {}, {}, {}, {}, {}}), (std::vector<std::string>{"j-1", "j-2"}));
   EXPECT_EQ(a.users.size(), 1u);
   EXPECT_EQ(a.tokens.size(), 1u);
   EXPECT_EQ(a.nodes.size(), 1u);
@@ -462,6 +495,13 @@ TEST(WriteBatchTest, EmptyCountsEveryKind) {
   WriteBatch c;
   c.idempotency = {{"u", "k", "j"}};
   EXPECT_FALSE(c.empty());
+  for (int kind = 0; kind < 3; ++kind) {
+    WriteBatch d;
+    if (kind == 0) d.ledger = {{1, 1, "redeem", "", "{}"}};
+    if (kind == 1) d.cards = {{"h", "{}"}};
+    if (kind == 2) d.settings = {{"k", "v"}};
+    EXPECT_FALSE(d.empty()) << kind;
+  }
 }
 
 }  // namespace

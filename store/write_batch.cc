@@ -23,7 +23,8 @@ void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
 
 bool WriteBatch::empty() const {
   return jobs.empty() && nodes.empty() && users.empty() && tokens.empty() &&
-         delete_tokens.empty() && idempotency.empty();
+         delete_tokens.empty() && idempotency.empty() && ledger.empty() && cards.empty() &&
+         settings.empty();
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
@@ -34,6 +35,9 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(tokens, other.tokens);
   MoveAppend(delete_tokens, other.delete_tokens);
   MoveAppend(idempotency, other.idempotency);
+  MoveAppend(ledger, other.ledger);
+  MoveAppend(cards, other.cards);
+  MoveAppend(settings, other.settings);
 }
 
 }  // namespace tide::store
