@@ -278,6 +278,10 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     if (*v <= 0 || *v > 1e6) r.Fail("max_price", "must be a positive number of credits per GPU-hour");
     else spec.max_price = static_cast<int64_t>(std::llround(*v * 1e6));
   }
+  if (auto v = r.Number("max_cost")) {
+    if (*v <= 0 || *v > 1e12) r.Fail("max_cost", "must be a positive number of credits");
+    else spec.max_cost = static_cast<int64_t>(std::llround(*v * 1e6));
+  }
   TIDE_RETURN_IF_ERROR(r.Finish());
   return spec;
 }
@@ -321,13 +325,14 @@ json ToJson(const JobSpec& s) {
   j["priority"] = s.priority;
   if (!s.constraints.empty()) j["constraints"] = s.constraints;
   if (s.max_price > 0) j["max_price"] = static_cast<double>(s.max_price) / 1e6;
+  if (s.max_cost > 0) j["max_cost"] = static_cast<double>(s.max_cost) / 1e6;
   return j;
 }
 
 // ---------------------------------------------------------------- Job
 
 json ToJson(const Rank& r) {
-  json j = {{"node_id", r.node_id}, {"gpus", r.gpus}, {"started_at", r.started_at},
+  json j = {{"node_id", r.node_id}, {"gpus", r.gpus}, {"rate", r.rate}, {"started_at", r.started_at},
             {"finished_at", r.finished_at}, {"reason", r.reason}};
   j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
   return j;
@@ -335,7 +340,7 @@ json ToJson(const Rank& r) {
 
 json ToJson(const Attempt& a) {
   json j = {{"attempt", a.attempt}, {"node_id", a.node_id}, {"gpus", a.gpus},
-            {"started_at", a.started_at}, {"finished_at", a.finished_at},
+            {"rate", a.rate}, {"started_at", a.started_at}, {"finished_at", a.finished_at},
             {"reason", a.reason}};
   j["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
   if (!a.ranks.empty()) {
@@ -379,6 +384,7 @@ Result<Attempt> AttemptFromJsonImpl(const json& j) {
   a.attempt = j.value("attempt", 0);
   a.node_id = j.value("node_id", "");
   if (j.contains("gpus")) a.gpus = IntList(j["gpus"]);
+  a.rate = j.value("rate", int64_t{0});
   a.started_at = j.value("started_at", int64_t{0});
   a.finished_at = j.value("finished_at", int64_t{0});
   a.reason = j.value("reason", "");
@@ -388,6 +394,7 @@ Result<Attempt> AttemptFromJsonImpl(const json& j) {
       Rank r;
       r.node_id = rj.value("node_id", "");
       if (rj.contains("gpus")) r.gpus = IntList(rj["gpus"]);
+      r.rate = rj.value("rate", int64_t{0});
       r.started_at = rj.value("started_at", int64_t{0});
       r.finished_at = rj.value("finished_at", int64_t{0});
       r.reason = rj.value("reason", "");
@@ -438,7 +445,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   Job job;
   json spec = json::object();
   for (const char* k : {"name", "image", "command", "env", "resources", "max_runtime", "grace",
-                        "code", "tags", "tier", "priority", "constraints", "max_price"}) {
+                        "code", "tags", "tier", "priority", "constraints", "max_price", "max_cost"}) {
     if (j.contains(k)) spec[k] = j[k];
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
@@ -533,6 +540,8 @@ json ToJson(const Node& n) {
           {"name", n.name},
           {"hostname", n.hostname},
           {"address", n.address},
+          {"owner", n.owner},
+          {"prices", n.prices},
           {"state", n.state == NodeState::kReady ? "ready" : "lost"},
           {"gpus", gpus},
           {"labels", n.labels},
@@ -549,6 +558,8 @@ Result<Node> NodeFromJsonImpl(const json& j) {
   n.name = j.value("name", "");
   n.hostname = j.value("hostname", "");
   n.address = j.value("address", "");
+  n.owner = j.value("owner", "");
+  if (j.contains("prices")) n.prices = j["prices"].get<std::map<std::string, int64_t>>();
   n.state = j.value("state", "ready") == "ready" ? NodeState::kReady : NodeState::kLost;
   auto gpus = GpuList(j, "gpus");
   if (!gpus.ok()) return gpus.status();
@@ -572,6 +583,7 @@ json ToJson(const RegisterRequest& r) {
   for (auto& g : r.gpus) gpus.push_back(ToJson(g));
   json j = {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}, {"labels", r.labels}};
   if (!r.address.empty()) j["address"] = r.address;
+  if (!r.prices.empty()) j["prices"] = r.prices;
   return j;
 }
 
@@ -586,6 +598,19 @@ Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
     req.address = *v;
   }
   (void)r.Raw("gpus");
+  if (const json* p = r.Raw("prices")) {
+    if (!p->is_object()) {
+      r.Fail("prices", "must be an object of GPU model -> micro-credits per GPU-hour");
+    } else {
+      for (const auto& [model, v] : p->items()) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{1} << 50) {
+          r.Fail("prices." + model, "must be a whole number of micro-credits per GPU-hour");
+          break;
+        }
+        req.prices[CanonicalGpuModel(model)] = v.get<int64_t>();
+      }
+    }
+  }
   if (auto v = r.StringMap("labels")) {
     for (auto& [k, val] : *v) {
       std::string why = CheckLabel(k, val);

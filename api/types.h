@@ -69,6 +69,9 @@ struct JobSpec {
   int priority = 0;                // -1000..1000, higher first within an account
   std::map<std::string, std::string> constraints;  // node labels that must hold
   int64_t max_price = 0;  // micro-credits per GPU-hour; 0 = no cap
+  // Hard cap on what the job may cost in all (micro-credits); 0 = none:
+  // then price x GPUs x max_runtime, or the account's default cap.
+  int64_t max_cost = 0;
 };
 inline constexpr int kMaxPriority = 1000;
 
@@ -80,6 +83,7 @@ json ToJson(const JobSpec& spec);
 struct Rank {
   std::string node_id;
   std::vector<int> gpus;
+  int64_t rate = 0;         // micro-credits per GPU-hour on this node
   int64_t started_at = 0;   // unix ms the agent reported it running
   int64_t finished_at = 0;  // unix ms it exited (or the attempt ended)
   std::string reason;
@@ -91,6 +95,7 @@ struct Attempt {
   int attempt = 0;
   std::string node_id;  // rank 0's node for a gang
   std::vector<int> gpus;
+  int64_t rate = 0;         // micro-credits per GPU-hour, fixed at placement
   int64_t started_at = 0;   // unix ms
   int64_t finished_at = 0;  // unix ms
   std::string reason;
@@ -159,6 +164,12 @@ struct Node {
   // Where the other nodes of a gang reach this one (MASTER_ADDR): the
   // agent's --advertise-addr, else the address its registration came from.
   std::string address;
+  // The provider (a user id) whose agent this is: it earns what the node's
+  // jobs pay, less the platform fee. "" = the operator's own node.
+  std::string owner;
+  // The provider's ask per GPU model, micro-credits per GPU-hour; models
+  // not listed cost the operator's list price.
+  std::map<std::string, int64_t> prices;
   NodeState state = NodeState::kReady;
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;  // region, data_residency, ...
@@ -175,6 +186,7 @@ struct RegisterRequest {
   std::string name;
   std::string hostname;
   std::string address;  // "" = the address the request came from
+  std::map<std::string, int64_t> prices;  // the provider's ask per GPU model
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;
 };

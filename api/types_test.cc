@@ -317,7 +317,7 @@ TEST(Job, GangAttemptRoundTripsAndCountsEveryRank) {
   a.finished_at = 11'000;
   a.master_addr = "10.0.0.5";
   a.master_port = 29600;
-  a.ranks = {{"n-a", {0, 1}, 1'000, 11'000, "", 0}, {"n-b", {2, 3}, 2'000, 6'000, "", 3}};
+  a.ranks = {{"n-a", {0, 1}, 0, 1'000, 11'000, "", 0}, {"n-b", {2, 3}, 0, 2'000, 6'000, "", 3}};
   job.attempts.push_back(a);
   job.gang_failure = "exit_code:3";
   auto back = JobFromJson(ToJson(job));

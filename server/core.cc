@@ -14,6 +14,7 @@ namespace tide::server {
 
 using api::Job;
 using api::JobStatus;
+using ledger::Micros;
 
 namespace {
 using api::AttemptGpuSeconds;
@@ -140,6 +141,7 @@ Status Core::Recover() {
       }
     }
   }
+  RecoverMoneyLocked(*contents);
   // Fair-share usage is derived from the attempts, charged in time order.
   std::vector<std::tuple<int64_t, std::string, double>> used;
   for (auto& [id, e] : jobs_) {
@@ -233,6 +235,8 @@ Status Core::Run(Command command) {
       {
         std::unique_lock state(state_mu_);
         st = p.command(batch);
+        batch.ledger = std::move(ledger_rows_);
+        ledger_rows_.clear();
       }
       if (st.ok() && !batch.empty()) st = store_->Write(batch);
       return st;
@@ -282,6 +286,9 @@ void Core::Loop() {
         next_tick = clock_->MonotonicMs() + options_.tick_ms;
       }
       if (schedule_needed_ || !submitted_since_pass_.empty()) ScheduleLocked(batch);
+      // The money moved by this batch is written with it.
+      for (auto& row : ledger_rows_) batch.ledger.push_back(std::move(row));
+      ledger_rows_.clear();
       changed = !batch.empty();
     }
     if (changed) {
@@ -333,6 +340,7 @@ void Core::SetStatus(JobEntry& e, JobStatus s) {
   }
   e.job.status = s;
   e.status_since_mono = clock_->MonotonicMs();
+  if (api::IsTerminal(s)) ReleaseEscrowLocked(e);
 }
 
 // ------------------------------------------------------------------ periodic
@@ -344,6 +352,10 @@ void Core::Tick(store::WriteBatch& batch) {
   if (refine_reasons_ || (!queued_.empty() && now_mono - last_full_pass_mono_ >= 5'000)) {
     schedule_needed_ = true;
     refine_reasons_ = false;
+  }
+  if (now_mono - last_meter_mono_ >= options_.meter_interval_ms) {
+    last_meter_mono_ = now_mono;
+    MeterAllLocked(batch);
   }
   for (auto& [id, n] : nodes_) {
     if (n.node.state != api::NodeState::kReady) continue;
@@ -367,6 +379,7 @@ void Core::Tick(store::WriteBatch& batch) {
 void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code) {
   int64_t now = clock_->NowMs();
   auto allocs = Allocs(e.job, /*live=*/false);
+  MeterLocked(e, now);  // the last seconds of the attempt
   if (!e.job.attempts.empty() && e.job.attempts.back().attempt == e.job.attempt &&
       e.job.attempts.back().finished_at == 0) {
     auto& a = e.job.attempts.back();
@@ -439,6 +452,8 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     v.schedulable = n.node.state == api::NodeState::kReady;
     v.draining = n.node.draining;
     v.labels = n.node.labels;
+    static const api::JobSpec kOnDemand;
+    for (const auto& g : n.node.gpus) v.price = std::max(v.price, NodeRateLocked(n.node, g.index, kOnDemand));
     std::set<int> used;
     for (auto& [job, gpus] : n.leases) used.insert(gpus.begin(), gpus.end());
     for (auto& g : n.node.gpus) {
@@ -615,11 +630,17 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     a.attempt = e.job.attempt;
     a.node_id = e.job.node_id;
     a.gpus = e.job.gpus;
+    // The price is fixed when the attempt is placed.
+    auto rate_on = [&](const sched::NodeAlloc& alloc) {
+      return NodeRateLocked(nodes_.at(alloc.node_id).node, alloc.gpus.front(), e.job.spec);
+    };
+    a.rate = rate_on(p.allocs[0]);
     if (res.nodes > 1) {
       for (const auto& alloc : p.allocs) {
         api::Rank r;
         r.node_id = alloc.node_id;
         r.gpus = alloc.gpus;
+        r.rate = rate_on(alloc);
         a.ranks.push_back(std::move(r));
       }
       const api::Node& master = nodes_.at(a.node_id).node;
@@ -671,7 +692,7 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   const auto& row = it->second;
   if (row.kind == "admin") return Caller{Scope::kAdmin, "admin"};
   if (row.kind == "user") return Caller{Scope::kUser, row.subject};
-  if (row.kind == "join") return Caller{Scope::kJoin, ""};
+  if (row.kind == "join") return Caller{Scope::kJoin, row.subject};  // the provider
   if (row.kind == "node") return Caller{Scope::kNode, row.subject};
   return Status::Unauthenticated("invalid token");
 }
@@ -707,6 +728,35 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
     job.status = JobStatus::kQueued;
     job.created_at = clock_->NowMs();
     job.pending_reason = "waiting for the scheduler";
+    // Admission: the job's worst case moves into escrow now, or it is not
+    // accepted at all.
+    Micros rate = MaxRateLocked(job.spec);
+    Micros hold = WorstCaseLocked(job.spec, rate);
+    if (hold > 0) {
+      Micros available = ledger_.Balance(ledger::UserAccount(caller.subject));
+      if (available < hold) {
+        const auto& s = job.spec;
+        std::string limit =
+            s.max_cost > 0 && (s.max_runtime_s == 0 || hold == s.max_cost)
+                ? "its max_cost"
+                : s.max_runtime_s > 0
+                      ? std::to_string(s.resources.gpu_count * s.resources.nodes) + " GPUs at up to " +
+                            ledger::FormatCredits(rate) + " credits per GPU-hour for max_runtime " +
+                            std::to_string(s.max_runtime_s) + "s + grace " +
+                            std::to_string(s.grace_s) + "s"
+                      : "the default cap for jobs without max_runtime or max_cost";
+        return Status::InsufficientCredit(
+            "the job may cost up to " + ledger::FormatCredits(hold) + " credits (" + limit +
+            "), but " + ledger::FormatCredits(available) +
+            " are available; redeem a card (tide redeem CODE) or lower max_runtime or max_cost");
+      }
+      ledger::Transaction tx;
+      tx.kind = "hold";
+      tx.job_id = job.id;
+      tx.entries = {{ledger::UserAccount(caller.subject), -hold},
+                    {ledger::EscrowAccount(job.id), hold}};
+      TIDE_RETURN_IF_ERROR(ApplyTxLocked(std::move(tx)));
+    }
     JobEntry& e = jobs_[job.id];
     e.job = std::move(job);
     e.order = next_order_++;
@@ -896,10 +946,19 @@ Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& nam
   return std::make_pair(user, token);
 }
 
-Result<std::string> Core::CreateJoinToken() {
+Result<std::string> Core::FindUser(const std::string& id_or_name) const {
+  std::shared_lock lock(state_mu_);
+  if (users_.count(id_or_name)) return id_or_name;
+  auto it = user_names_.find(id_or_name);
+  if (it != user_names_.end()) return it->second;
+  return Status::NotFound("no user " + id_or_name);
+}
+
+Result<std::string> Core::CreateJoinToken(const std::string& provider) {
   std::string token = NewToken("tide_j_");
   Status st = Run([&](store::WriteBatch& batch) {
-    store::TokenRow row{Sha256Hex(token), "join", "", clock_->NowMs()};
+    if (!provider.empty() && !users_.count(provider)) return Status::NotFound("no user " + provider);
+    store::TokenRow row{Sha256Hex(token), "join", provider, clock_->NowMs()};
     tokens_[row.hash] = row;
     batch.tokens.push_back(row);
     return Status::Ok();
@@ -931,12 +990,14 @@ Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining
 
 Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& caller,
                                                                const api::RegisterRequest& req) {
-  std::string node_id = caller.subject;
+  // A node token names the node; a join token names the provider.
+  std::string node_id = caller.scope == Scope::kNode ? caller.subject : "";
   std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
     int64_t now = clock_->NowMs();
     if (caller.scope == Scope::kJoin) {
       node_id = NewId("n-");
+      nodes_[node_id].node.owner = caller.subject;
       token = NewToken("tide_n_");
       store::TokenRow row{Sha256Hex(token), "node", node_id, now};
       tokens_[row.hash] = row;
@@ -950,6 +1011,7 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
     n.node.name = req.name;
     n.node.hostname = req.hostname;
     n.node.address = req.address;
+    n.node.prices = req.prices;
     n.node.gpus = req.gpus;
     n.node.labels = req.labels;
     for (auto& g : n.node.gpus) {
@@ -1266,7 +1328,10 @@ Status Core::FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatc
   }
   std::string reason;
   JobStatus final_status;
-  if (e.job.cancel_requested) {
+  if (e.job.cancel_requested && e.job.cancel_reason == "budget_exceeded") {
+    final_status = JobStatus::kFailed;  // stopped by its own cost cap
+    reason = e.job.cancel_reason;
+  } else if (e.job.cancel_requested) {
     final_status = JobStatus::kCancelled;
     reason = e.job.cancel_reason;
   } else if (ev.reason == "timeout") {

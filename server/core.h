@@ -29,6 +29,8 @@
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "ledger/ledger.h"
+#include "ledger/prices.h"
 #include "scheduler/fair_share.h"
 #include "scheduler/snapshot.h"
 #include "store/store.h"
@@ -57,6 +59,57 @@ struct CoreOptions {
   // How often the expected start of queued jobs is re-estimated (a what-if
   // run of the scheduler, off the core thread).
   int64_t estimate_interval_ms = 2'000;
+  // What a job without max_runtime and max_cost may cost at most (held in
+  // escrow at submit): never unlimited.
+  ledger::Micros default_job_cap = 100 * ledger::kMicrosPerCredit;
+  // How often running attempts are charged (each up to its node's last
+  // heartbeat).
+  int64_t meter_interval_ms = 1'000;
+};
+
+// --- money views (server/money.cc) ---
+struct BalanceInfo {
+  ledger::Micros available = 0;
+  ledger::Micros escrow = 0;  // held for the caller's jobs that have not ended
+};
+// One attempt (one rank of a multi-node attempt) as the consumer pays it.
+struct UsageLine {
+  std::string job_id;
+  std::string name;
+  int attempt = 0;
+  int rank = 0;
+  std::string node_id;
+  std::string gpu_model;
+  int gpus = 0;
+  int64_t started_at = 0;
+  int64_t finished_at = 0;  // 0 while it runs
+  ledger::Micros rate = 0;  // per GPU-hour
+  ledger::Micros cost = 0;  // charged so far
+};
+// What a provider earned from one attempt on one of its nodes.
+struct EarningLine {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  std::string node_id;
+  int64_t gpu_ms = 0;
+  ledger::Micros rate = 0;
+  ledger::Micros gross = 0;
+  ledger::Micros fee = 0;
+  ledger::Micros earned = 0;
+};
+struct JobMoney {
+  ledger::Micros cost = 0;    // charged so far, all attempts
+  ledger::Micros escrow = 0;  // still held
+};
+struct Estimate {
+  ledger::Micros rate = 0;  // per GPU-hour
+  int gpus = 0;
+  double hours = 0;
+  ledger::Micros base = 0;
+  ledger::Micros reserve = 0;
+  ledger::Micros total = 0;
+  int64_t expected_start = 0;  // unix ms, 0 = unknown
 };
 
 struct UserInfo {
@@ -128,9 +181,30 @@ class Core {
   std::vector<NodeStatus> ListNodes() const;
   QueueSummary Queue(const Caller& caller) const;
 
+  // --- money (server/money.cc) ---
+  // Credits the card's value to the caller, once: returns the value.
+  Result<ledger::Micros> Redeem(const Caller& caller, const std::string& code);
+  BalanceInfo Balance(const Caller& caller) const;
+  std::vector<UsageLine> Usage(const Caller& caller, int64_t since) const;
+  // Attempts on nodes the caller owns as a provider.
+  std::vector<EarningLine> Earnings(const Caller& caller) const;
+  JobMoney MoneyOf(const std::string& job_id) const;
+  // Cost of running `spec` for `hours` (or its max_runtime when hours is 0)
+  // at the highest rate a node it may run on asks, plus `reserve_ppm`.
+  Result<Estimate> EstimateCost(const api::JobSpec& spec, double hours, int64_t reserve_ppm) const;
+  // Admin: prints once; only hashes are kept.
+  Result<std::vector<std::string>> MintCards(int count, ledger::Micros value, int64_t expires_at);
+  Status SetPrices(const ledger::PriceList& prices);
+  ledger::PriceList Prices() const;
+  // Recomputes the ledger and proves it balances.
+  Status CheckLedger(ledger::Totals* totals) const;
+
   // --- admin ---
   Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
-  Result<std::string> CreateJoinToken();
+  // Agents joining with it belong to `provider` (a user id; "" = the operator).
+  Result<std::string> CreateJoinToken(const std::string& provider = "");
+  // A user id for a user's id or name; NotFound otherwise.
+  Result<std::string> FindUser(const std::string& id_or_name) const;
   // A draining node keeps its running jobs and takes no new ones.
   Result<api::Node> SetDraining(const std::string& id_or_name, bool draining);
 
@@ -202,6 +276,24 @@ class Core {
   // Node gone: its jobs go back to the queue (or end, if being cancelled).
   void RequeueLocked(JobEntry& e, const std::string& reason);
   void SetStatus(JobEntry& e, api::JobStatus s);
+
+  // --- money (server/money.cc); the caller holds state_mu_ exclusively ---
+  // Applies `tx` to the ledger and queues its row for the batch being built.
+  Status ApplyTxLocked(ledger::Transaction tx);
+  // Rate of `node`'s GPU `gpu` for a job of `spec`'s tier.
+  ledger::Micros NodeRateLocked(const api::Node& node, int gpu, const api::JobSpec& spec) const;
+  // Highest rate of a GPU `spec` may run on (the admission worst case).
+  ledger::Micros MaxRateLocked(const api::JobSpec& spec) const;
+  // What a job may cost at most: held in escrow while it lives.
+  ledger::Micros WorstCaseLocked(const api::JobSpec& spec, ledger::Micros rate) const;
+  // Charges each started rank of the current attempt up to `until` (and
+  // never past a lost node's last heartbeat).
+  void MeterLocked(JobEntry& e, int64_t until);
+  // Periodic: meters every running job; stops those out of budget.
+  void MeterAllLocked(store::WriteBatch& batch);
+  // A job ended: what its escrow still holds returns to its owner.
+  void ReleaseEscrowLocked(JobEntry& e);
+  void RecoverMoneyLocked(const store::Contents& contents);
   // Whether an agent has been handed any part of the job's current attempt.
   bool DeliveredLocked(const api::Job& job) const;
   // A free rendezvous port for a gang whose rank 0 runs on `node_id`.
@@ -243,7 +335,28 @@ class Core {
   int waiting_after_pass_ = 0;
   bool refine_reasons_ = false;
   int64_t last_full_pass_mono_ = 0;
+  int64_t last_meter_mono_ = 0;
   sched::FairShare fair_;
+
+  // Money. ledger_rows_ are the transactions applied since the last batch
+  // was handed to the store; Loop() moves them into that batch.
+  ledger::Ledger ledger_;
+  std::vector<store::LedgerRow> ledger_rows_;
+  ledger::PriceList prices_;
+  struct Card {
+    ledger::Micros value = 0;
+    int64_t expires_at = 0;  // unix ms; 0 = never
+    int64_t created_at = 0;
+    std::string redeemed_by;
+    int64_t redeemed_at = 0;
+  };
+  std::unordered_map<std::string, Card> cards_;  // by hash
+  // Charged so far per "job#attempt#rank": the cost and its fee part.
+  struct Charged {
+    ledger::Micros gross = 0;
+    ledger::Micros fee = 0;
+  };
+  std::unordered_map<std::string, Charged> charged_;
 
   // Delivery to agents (not durable: after a restart everything in flight
   // is offered again and agents deduplicate).
