@@ -170,6 +170,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   req.gpus = gpus_;
   req.labels = options_.labels;
   req.address = options_.advertise_addr;
+  req.prices = options_.prices;
   RegisterOptions ro;
   ro.server = options_.server;
   ro.data_dir = data_dir_;

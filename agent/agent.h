@@ -19,6 +19,9 @@ struct AgentOptions {
   // Where the other nodes of a gang job reach this one (MASTER_ADDR); empty:
   // the address the server sees this agent connect from.
   std::string advertise_addr;
+  // The provider's ask per GPU model, micro-credits per GPU-hour (models not
+  // listed are sold at the operator's list price).
+  std::map<std::string, int64_t> prices;
   int64_t heartbeat_interval_ms = 2'000;
   std::string log_level = "info";
 

@@ -149,8 +149,10 @@ Result<NewToken> Client::CreateUser(const std::string& name) {
   return NewToken{j->value("id", ""), j->value("token", "")};
 }
 
-Result<NewToken> Client::CreateJoinToken() {
-  auto j = Call("POST", "/v1/admin/join-tokens", json::object());
+Result<NewToken> Client::CreateJoinToken(const std::string& provider) {
+  json body = json::object();
+  if (!provider.empty()) body["provider"] = provider;
+  auto j = Call("POST", "/v1/admin/join-tokens", body);
   if (!j.ok()) return j.status();
   return NewToken{j->value("id", ""), j->value("token", "")};
 }

@@ -75,7 +75,8 @@ class Client {
 
   // --- admin ---
   Result<NewToken> CreateUser(const std::string& name);
-  Result<NewToken> CreateJoinToken();
+  // Agents joining with it belong to `provider` (a user name or id).
+  Result<NewToken> CreateJoinToken(const std::string& provider = "");
 
   // --- agent (token: join token for Register, node token afterwards) ---
   Result<json> Register(const RegisterRequest& req);

@@ -2,12 +2,20 @@
 // (TIDE_ADMIN_TOKEN, TIDE_TOKEN, or ./.tide/server/admin.token).
 //
 //   tide admin user add NAME   creates a user and prints its API token
-//   tide admin join-token      creates a join token for `tide agent`
+//   tide admin join-token [--provider USER]
+//                              creates a join token for `tide agent`; the
+//                              provider earns what its nodes' jobs pay
+//   tide admin prices set MODEL=CREDITS ... [--spot-discount F] [--fee F]
+//   tide admin prices show     the price list (credits per GPU-hour)
+//   tide admin cards mint --count N --value V [--expires DATE]
+//                              prints N new compute card codes, once
+//   tide admin ledger check    proves every account sums to what was issued
 //   tide admin node drain NODE    the node takes no new jobs (running ones go on)
 //   tide admin node undrain NODE  it takes new jobs again
 //
 // Secrets go alone on stdout (so `TOKEN=$(tide admin user add ada)` works);
 // what was created is said on stderr. -o json prints {"id", "token", ...}.
+#include <ctime>
 #include <iostream>
 
 #include "cli/common.h"
@@ -45,10 +53,10 @@ int RunUserAdd(const UserAddOptions& opts) {
   return kExitOk;
 }
 
-int RunJoinToken(OutputFormat format) {
+int RunJoinToken(OutputFormat format, const std::string& provider) {
   auto client = NewClient(/*admin=*/true);
   if (!client.ok()) return PrintError(client.status());
-  auto token = (*client)->CreateJoinToken();
+  auto token = (*client)->CreateJoinToken(provider);
   if (!token.ok()) return PrintAdminError(token.status());
   if (format == OutputFormat::kJson) {
     PrintJson({{"id", token->id}, {"token", token->token}});
@@ -72,6 +80,140 @@ int RunDrain(const std::string& node, bool drain) {
   return kExitOk;
 }
 
+void PrintPrices(const json& p) {
+  Table t({"GPU MODEL", "CREDITS/GPU-H"});
+  if (p.contains("per_gpu_hour") && p["per_gpu_hour"].is_object()) {
+    for (const auto& [model, v] : p["per_gpu_hour"].items()) {
+      t.AddRow({model, CreditsText(p["per_gpu_hour"], model.c_str())});
+    }
+  }
+  std::cout << t.ToString() << "Spot discount " << p.value("spot_discount", 0.0) << ", platform fee "
+            << p.value("fee", 0.0) << "\n";
+}
+
+struct PricesOptions {
+  std::vector<std::string> prices;  // MODEL=CREDITS
+  std::string spot_discount;
+  std::string fee;
+  OutputFormat format = OutputFormat::kTable;
+};
+
+int RunPricesSet(const PricesOptions& opts) {
+  json body = json::object();
+  json list = json::object();
+  for (const auto& p : opts.prices) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return PrintError(Status::InvalidArgument("\"" + p + "\" is not MODEL=CREDITS_PER_GPU_HOUR",
+                                                "prices"));
+    }
+    list[p.substr(0, eq)] = p.substr(eq + 1);
+  }
+  if (!list.empty()) body["per_gpu_hour"] = list;
+  if (!opts.spot_discount.empty()) body["spot_discount"] = opts.spot_discount;
+  if (!opts.fee.empty()) body["fee"] = opts.fee;
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("POST", "/v1/admin/prices", body);
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  if (opts.format == OutputFormat::kJson) PrintJson(*answer);
+  else PrintPrices(*answer);
+  return kExitOk;
+}
+
+int RunPricesShow(OutputFormat format) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/prices");
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  if (format == OutputFormat::kJson) PrintJson(*answer);
+  else PrintPrices(*answer);
+  return kExitOk;
+}
+
+struct MintOptions {
+  int count = 1;
+  std::string value;
+  std::string expires;  // YYYY-MM-DD
+  OutputFormat format = OutputFormat::kTable;
+};
+
+int RunMint(const MintOptions& opts) {
+  json body = {{"count", opts.count}, {"value", opts.value}};
+  if (!opts.expires.empty()) {
+    std::tm tm{};
+    if (opts.expires.size() != 10 || strptime(opts.expires.c_str(), "%Y-%m-%d", &tm) == nullptr) {
+      return PrintError(Status::InvalidArgument("must be a date like 2027-01-31", "expires"));
+    }
+    body["expires_at"] = static_cast<int64_t>(timegm(&tm)) * 1000;
+  }
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("POST", "/v1/admin/cards", body);
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  if (opts.format == OutputFormat::kJson) {
+    PrintJson((*answer)["codes"]);
+    return kExitOk;
+  }
+  std::cerr << "Minted " << (*answer)["codes"].size() << " cards of "
+            << CreditsText(*answer, "value") << " credits. The codes, shown once:\n";
+  for (const auto& c : (*answer)["codes"]) std::cout << c.get<std::string>() << "\n";
+  return kExitOk;
+}
+
+int RunLedgerCheck(OutputFormat format) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/ledger/check");
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  bool ok = answer->value("ok", false);
+  if (format == OutputFormat::kJson) {
+    PrintJson(*answer);
+  } else {
+    std::cout << (ok ? "The ledger balances.\n" : "THE LEDGER DOES NOT BALANCE: " +
+                                                       JsonString(*answer, "error") + "\n")
+              << "Issued      " << CreditsText(*answer, "issued") << "\n"
+              << "Users       " << CreditsText(*answer, "users") << "\n"
+              << "Escrow      " << CreditsText(*answer, "escrow") << "\n"
+              << "Providers   " << CreditsText(*answer, "providers") << "\n"
+              << "Platform    " << CreditsText(*answer, "platform") << "\n";
+  }
+  return ok ? kExitOk : kExitError;
+}
+
+void AddAdminMoneyCommands(CLI::App* admin) {
+  CLI::App* prices = admin->add_subcommand("prices", "The price list, spot discount and fee");
+  prices->require_subcommand(1);
+  auto popts = std::make_shared<PricesOptions>();
+  CLI::App* set = prices->add_subcommand("set", "Set prices: MODEL=CREDITS_PER_GPU_HOUR ...");
+  set->add_option("prices", popts->prices, "e.g. RTX4090=0.4 H100=2.5");
+  set->add_option("--spot-discount", popts->spot_discount, "Fraction off for spot jobs, e.g. 0.6");
+  set->add_option("--fee", popts->fee, "Platform fee, a fraction of every charge, e.g. 0.1");
+  AddOutputFlag(set, &popts->format);
+  SetAction(set, [popts] { return RunPricesSet(*popts); });
+  auto show_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* show = prices->add_subcommand("show", "Print the price list");
+  AddOutputFlag(show, show_format.get());
+  SetAction(show, [show_format] { return RunPricesShow(*show_format); });
+
+  CLI::App* cards = admin->add_subcommand("cards", "Compute cards (prepaid credit)");
+  cards->require_subcommand(1);
+  auto mopts = std::make_shared<MintOptions>();
+  CLI::App* mint = cards->add_subcommand("mint", "Print new card codes, once");
+  mint->add_option("--count", mopts->count, "How many")->check(CLI::Range(1, 10000))->capture_default_str();
+  mint->add_option("--value", mopts->value, "Credits on each card, e.g. 25")->required();
+  mint->add_option("--expires", mopts->expires, "Last day (UTC), e.g. 2027-01-31");
+  AddOutputFlag(mint, &mopts->format);
+  SetAction(mint, [mopts] { return RunMint(*mopts); });
+
+  CLI::App* ledger = admin->add_subcommand("ledger", "The ledger");
+  ledger->require_subcommand(1);
+  auto lformat = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* check = ledger->add_subcommand("check", "Prove that all accounts sum to what was issued");
+  AddOutputFlag(check, lformat.get());
+  SetAction(check, [lformat] { return RunLedgerCheck(*lformat); });
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app) {
@@ -87,9 +229,14 @@ void AddAdminCommands(CLI::App& app) {
   SetAction(add, [add_opts] { return RunUserAdd(*add_opts); });
 
   auto join_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  auto provider = std::make_shared<std::string>();
   CLI::App* join = admin->add_subcommand("join-token", "Create a join token for a new agent");
+  join->add_option("--provider", *provider,
+                   "User who owns the agents that join with it (and earns what they run)");
   AddOutputFlag(join, join_format.get());
-  SetAction(join, [join_format] { return RunJoinToken(*join_format); });
+  SetAction(join, [join_format, provider] { return RunJoinToken(*join_format, *provider); });
+
+  AddAdminMoneyCommands(admin);
 
   CLI::App* node = admin->add_subcommand("node", "Drain or reopen a node");
   node->require_subcommand(1);

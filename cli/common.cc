@@ -52,6 +52,7 @@ void AddUserCommands(CLI::App& app) {
   AddNodesCommand(app);
   AddQueueCommand(app);
   AddAdminCommands(app);
+  AddMoneyCommands(app);
 }
 
 std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,

@@ -54,6 +54,11 @@ void AddOutputsCommand(CLI::App& app);
 void AddNodesCommand(CLI::App& app);
 void AddQueueCommand(CLI::App& app);
 void AddAdminCommands(CLI::App& app);
+void AddMoneyCommands(CLI::App& app);
+
+// A JSON amount of credits (a number) as text with up to six decimals; "-"
+// if absent.
+std::string CreditsText(const json& j, const char* key);
 
 // Parses argv and runs the chosen command; returns the process exit code.
 // Usage errors print CLI11's message and give kExitUsage; --help gives 0.

@@ -18,6 +18,7 @@
 #include "cmd/dev.h"
 #include "cmd/sim.h"
 #include "common/duration.h"
+#include "ledger/money.h"
 #include "server/server.h"
 
 namespace tide::cmd {
@@ -85,6 +86,21 @@ void AddAgentCommand(CLI::App& app) {
            }
          },
          "Node label jobs can require with constraints, e.g. region=eu (repeatable)")
+      ->take_all();
+  cmd->add_option_function<std::vector<std::string>>(
+         "--price",
+         [opts](const std::vector<std::string>& prices) {
+           for (const auto& p : prices) {
+             auto eq = p.find('=');
+             if (eq == std::string::npos || eq == 0) {
+               throw CLI::ValidationError("--price " + p, "use MODEL=CREDITS_PER_GPU_HOUR");
+             }
+             auto v = ledger::ParseCredits(p.substr(eq + 1), "price");
+             if (!v.ok()) throw CLI::ValidationError("--price " + p, v.status().message());
+             opts->prices[api::CanonicalGpuModel(p.substr(0, eq))] = *v;
+           }
+         },
+         "Your ask per GPU model in credits per GPU-hour, e.g. RTX4090=0.35 (repeatable)")
       ->take_all();
   cmd->add_option("--advertise-addr", opts->advertise_addr,
                   "Address other nodes of a multi-node job reach this one at (MASTER_ADDR); "

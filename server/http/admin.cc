@@ -29,8 +29,23 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     return JsonResponse(201, {{"id", user->first.id}, {"name", user->first.name},
                               {"token", user->second}});
   }
+  if (seg.size() >= 3 && (seg[2] == "prices" || seg[2] == "cards" || seg[2] == "ledger")) {
+    return AdminMoney(req, seg);
+  }
   if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {
-    auto token = core_->CreateJoinToken();
+    // Agents that join with it belong to the provider named, if any.
+    auto body = ParseBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    JsonReader r(*body, "");
+    auto provider = r.String("provider");
+    if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+    std::string provider_id;
+    if (provider && !provider->empty()) {
+      auto id = core_->FindUser(*provider);
+      if (!id.ok()) return ErrorResponse(Status::InvalidArgument(id.status().message(), "provider"));
+      provider_id = *id;
+    }
+    auto token = core_->CreateJoinToken(provider_id);
     if (!token.ok()) return ErrorResponse(token.status());
     return JsonResponse(201, {{"token", *token}});
   }

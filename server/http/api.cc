@@ -117,6 +117,10 @@ Response Api::Handle(const Request& req) {
   if (resource == "nodes") return Nodes(req, *caller, seg);
   if (resource == "queue") return Queue(req, *caller, seg);
   if (resource == "admin") return Admin(req, *caller, seg);
+  if (resource == "account" || resource == "cards" || resource == "usage" ||
+      resource == "estimate" || resource == "prices" || resource == "provider") {
+    return Money(req, *caller, seg);
+  }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }
 

@@ -4,6 +4,7 @@
 //   agent.cc   /v1/agent/...
 //   admin.cc   /v1/admin/..., /v1/nodes, /healthz
 //   queue.cc   /v1/queue
+//   money.cc   /v1/account, cards, usage, estimate, prices, provider earnings
 // Every handler validates completely before it asks the core to change
 // anything, so a rejected request leaves nothing behind.
 #pragma once
@@ -39,6 +40,10 @@ class Api {
   Response Admin(const Request& req, const Caller& caller, const Segments& seg);
   Response Nodes(const Request& req, const Caller& caller, const Segments& seg);
   Response Queue(const Request& req, const Caller& caller, const Segments& seg);
+  Response Money(const Request& req, const Caller& caller, const Segments& seg);
+  Response AdminMoney(const Request& req, const Segments& seg);
+  // A job as the API shows it: the record plus its cost and escrow.
+  nlohmann::json JobJson(const api::Job& job) const;
 
   Core* core_;
   BlobStore* blobs_;
@@ -51,6 +56,8 @@ Response JsonResponse(int status, const nlohmann::json& body);
 Response ErrorResponse(const Status& s);
 // Parses the JSON body; the error names "body".
 Result<nlohmann::json> ParseBody(const Request& req);
+// An amount as a JSON number of credits ("12.5").
+nlohmann::json Credits(ledger::Micros amount);
 // Reads an integer query parameter; absent gives `def`.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
                          int64_t max);

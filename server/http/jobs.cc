@@ -20,12 +20,12 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
   if (seg.size() == 3 && req.method == "GET") {
     auto job = core_->GetJob(caller, id);
     if (!job.ok()) return ErrorResponse(job.status());
-    return JsonResponse(200, api::ToJson(*job));
+    return JsonResponse(200, JobJson(*job));
   }
   if (seg.size() == 4 && seg[3] == "cancel" && req.method == "POST") {
     auto job = core_->CancelJob(caller, id);
     if (!job.ok()) return ErrorResponse(job.status());
-    return JsonResponse(200, api::ToJson(*job));
+    return JsonResponse(200, JobJson(*job));
   }
   if (seg.size() == 4 && seg[3] == "logs" && req.method == "GET") return Logs(req, caller, id);
   if (seg.size() >= 4 && seg[3] == "outputs" && req.method == "GET") {
@@ -47,9 +47,17 @@ Response Api::SubmitJob(const Request& req, const Caller& caller) {
   }
   auto result = core_->SubmitJob(caller, std::move(spec).value(), key);
   if (!result.ok()) return ErrorResponse(result.status());
-  Response r = JsonResponse(201, api::ToJson(result->first));
+  Response r = JsonResponse(201, JobJson(result->first));
   r.headers["Location"] = "/v1/jobs/" + result->first.id;
   return r;
+}
+
+nlohmann::json Api::JobJson(const api::Job& job) const {
+  json j = api::ToJson(job);
+  JobMoney m = core_->MoneyOf(job.id);
+  j["cost"] = Credits(m.cost);
+  j["escrow"] = Credits(m.escrow);
+  return j;
 }
 
 Response Api::ListJobs(const Request& req, const Caller& caller) {
@@ -68,7 +76,7 @@ Response Api::ListJobs(const Request& req, const Caller& caller) {
   auto [jobs, next] =
       core_->ListJobs(caller, status, req.Query("tag"), static_cast<size_t>(*limit), req.Query("after"));
   json list = json::array();
-  for (auto& j : jobs) list.push_back(api::ToJson(j));
+  for (auto& j : jobs) list.push_back(JobJson(j));
   return JsonResponse(200, {{"jobs", list}, {"next", next}});
 }
 
