@@ -53,7 +53,8 @@ class Cluster {
 
   void StartServer();
   void KillServer(int sig);
-  // Starts an agent and waits until the server lists it.
+  // Starts an agent and waits until the server lists it. It joins with the
+  // cluster's join token unless `extra_args` holds a --join-token.
   void StartAgent(const std::string& name, const std::string& fake_gpus,
                   const std::vector<std::string>& extra_args = {});
   Process& agent(const std::string& name) { return *agents_.at(name); }
