@@ -10,6 +10,8 @@
 //   tide admin cards mint --count N --value V [--expires DATE]
 //                              prints N new compute card codes, once
 //   tide admin ledger check    proves every account sums to what was issued
+//   tide admin user cap NAME --daily CREDITS|none
+//                              what NAME's jobs may spend per UTC day
 //   tide admin node drain NODE    the node takes no new jobs (running ones go on)
 //   tide admin node undrain NODE  it takes new jobs again
 //
@@ -181,7 +183,29 @@ int RunLedgerCheck(OutputFormat format) {
   return ok ? kExitOk : kExitError;
 }
 
-void AddAdminMoneyCommands(CLI::App* admin) {
+int RunUserCap(const std::string& user, const std::string& daily) {
+  json body = json::object();
+  if (daily != "none") body["daily_cap"] = daily;
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("PUT", "/v1/admin/users/" + user + "/daily-cap", body);
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "User " << user << ": "
+            << ((*answer)["daily_cap"].is_null() ? std::string("no daily cap")
+                                                 : "at most " + CreditsText(*answer, "daily_cap") +
+                                                       " credits per UTC day")
+            << "\n";
+  return kExitOk;
+}
+
+void AddAdminMoneyCommands(CLI::App* admin, CLI::App* user) {
+  auto cap_user = std::make_shared<std::string>();
+  auto cap_daily = std::make_shared<std::string>();
+  CLI::App* cap = user->add_subcommand("cap", "Limit what a user's jobs may spend per day");
+  cap->add_option("name", *cap_user, "User name or id")->required();
+  cap->add_option("--daily", *cap_daily, "Credits per UTC day, or none")->required();
+  SetAction(cap, [cap_user, cap_daily] { return RunUserCap(*cap_user, *cap_daily); });
+
   CLI::App* prices = admin->add_subcommand("prices", "The price list, spot discount and fee");
   prices->require_subcommand(1);
   auto popts = std::make_shared<PricesOptions>();
@@ -236,7 +260,7 @@ void AddAdminCommands(CLI::App& app) {
   AddOutputFlag(join, join_format.get());
   SetAction(join, [join_format, provider] { return RunJoinToken(*join_format, *provider); });
 
-  AddAdminMoneyCommands(admin);
+  AddAdminMoneyCommands(admin, user);
 
   CLI::App* node = admin->add_subcommand("node", "Drain or reopen a node");
   node->require_subcommand(1);

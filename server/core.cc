@@ -750,6 +750,7 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
             "), but " + ledger::FormatCredits(available) +
             " are available; redeem a card (tide redeem CODE) or lower max_runtime or max_cost");
       }
+      TIDE_RETURN_IF_ERROR(CheckDailyCapLocked(caller.subject, hold));
       ledger::Transaction tx;
       tx.kind = "hold";
       tx.job_id = job.id;

@@ -195,6 +195,11 @@ class Core {
   // Admin: prints once; only hashes are kept.
   Result<std::vector<std::string>> MintCards(int count, ledger::Micros value, int64_t expires_at);
   Status SetPrices(const ledger::PriceList& prices);
+  // What the user's jobs may spend per UTC day, in all; 0 = no cap.
+  Status SetDailyCap(const std::string& user_id, ledger::Micros cap);
+  ledger::Micros DailyCap(const std::string& user_id) const;
+  // Operator totals, Prometheus text format (GET /metrics).
+  std::string Metrics() const;
   ledger::PriceList Prices() const;
   // Recomputes the ledger and proves it balances.
   Status CheckLedger(ledger::Totals* totals) const;
@@ -294,6 +299,10 @@ class Core {
   // A job ended: what its escrow still holds returns to its owner.
   void ReleaseEscrowLocked(JobEntry& e);
   void RecoverMoneyLocked(const store::Contents& contents);
+  // What `user`'s jobs were charged since UTC midnight of `now`.
+  ledger::Micros SpentTodayLocked(const std::string& user, int64_t now) const;
+  // Refuses a hold of `hold` that could take `user` past its daily cap.
+  Status CheckDailyCapLocked(const std::string& user, ledger::Micros hold) const;
   // Whether an agent has been handed any part of the job's current attempt.
   bool DeliveredLocked(const api::Job& job) const;
   // A free rendezvous port for a gang whose rank 0 runs on `node_id`.
@@ -357,6 +366,12 @@ class Core {
     ledger::Micros fee = 0;
   };
   std::unordered_map<std::string, Charged> charged_;
+  std::unordered_map<std::string, ledger::Micros> daily_caps_;  // by user id
+  struct DaySpend {
+    int64_t day = -1;  // days since the epoch, UTC
+    ledger::Micros spent = 0;
+  };
+  std::unordered_map<std::string, DaySpend> spent_today_;  // by user id
 
   // Delivery to agents (not durable: after a restart everything in flight
   // is offered again and agents deduplicate).

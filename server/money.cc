@@ -21,6 +21,8 @@ using api::JobStatus;
 using ledger::Micros;
 
 namespace {
+constexpr int64_t kDayMs = 86'400'000;
+
 std::string ChargeKey(const std::string& job_id, int attempt, int rank) {
   return job_id + "#" + std::to_string(attempt) + "#" + std::to_string(rank);
 }
@@ -69,6 +71,11 @@ Status Core::ApplyTxLocked(ledger::Transaction tx) {
 
 void Core::RecoverMoneyLocked(const store::Contents& contents) {
   for (const auto& row : contents.settings) {
+    if (row.key.rfind("daily_cap:", 0) == 0) {
+      auto cap = ledger::ParseCredits(row.value, "daily_cap");
+      if (cap.ok() && *cap > 0) daily_caps_[row.key.substr(10)] = *cap;
+      continue;
+    }
     if (row.key != "prices") continue;
     auto prices = ledger::PriceListFromJson(nlohmann::json::parse(row.value, nullptr, false));
     if (prices.ok()) prices_ = *prices;
@@ -95,9 +102,17 @@ void Core::RecoverMoneyLocked(const store::Contents& contents) {
     }
     if (tx->kind == "charge") {
       Charged& c = charged_[ChargeKey(tx->job_id, tx->attempt, tx->rank)];
+      Micros gross = 0;
       for (const auto& e : tx->entries) {
-        if (e.account == ledger::EscrowAccount(tx->job_id)) c.gross += -e.amount;
+        if (e.account == ledger::EscrowAccount(tx->job_id)) gross += -e.amount;
         if (e.account == ledger::kPlatform) c.fee += e.amount;
+      }
+      c.gross += gross;
+      auto job = jobs_.find(tx->job_id);
+      if (job != jobs_.end()) {
+        DaySpend& d = spent_today_[job->second.job.owner];
+        if (tx->at / kDayMs != d.day) d = {tx->at / kDayMs, 0};
+        d.spent += gross;
       }
     }
   }
@@ -206,6 +221,10 @@ void Core::MeterLocked(JobEntry& e, int64_t until) {
     }
     charged.gross += due;
     charged.fee += split.platform;
+    int64_t now = clock_->NowMs();
+    DaySpend& day = spent_today_[e.job.owner];
+    if (now / kDayMs != day.day) day = {now / kDayMs, 0};
+    day.spent += due;
   }
 }
 
@@ -242,12 +261,14 @@ void Core::MeterAllLocked(store::WriteBatch& batch) {
                                ? ledger::CostOf(burn, (spec.max_runtime_s + spec.grace_s) * 1000)
                                : -1;
       bool budget_bound = runtime_cap < 0 || (spec.max_cost > 0 && spec.max_cost < runtime_cap);
-      if (!budget_bound) continue;
       Micros grace_cost = ledger::CostOf(burn, std::max<int64_t>(spec.grace_s, 1) * 1000 + 2'000);
       Micros left = ledger_.Balance(ledger::EscrowAccount(job_id));
-      if (left > grace_cost) continue;
-      spdlog::info("job {} reached its budget ({} credits left of its escrow); stopping it", job_id,
-                   ledger::FormatCredits(left));
+      auto cap = daily_caps_.find(e.job.owner);
+      bool over_day = cap != daily_caps_.end() &&
+                      SpentTodayLocked(e.job.owner, now) + grace_cost >= cap->second;
+      if (!over_day && (!budget_bound || left > grace_cost)) continue;
+      spdlog::info("job {} reached {} ({} credits left of its escrow); stopping it", job_id,
+                   over_day ? "its account's daily cap" : "its budget", ledger::FormatCredits(left));
       e.job.cancel_requested = true;
       e.job.cancel_reason = "budget_exceeded";
       schedule_needed_ = true;
@@ -329,6 +350,88 @@ Status Core::SetPrices(const ledger::PriceList& prices) {
     schedule_needed_ = true;  // node prices changed
     return Status::Ok();
   });
+}
+
+Micros Core::SpentTodayLocked(const std::string& user, int64_t now) const {
+  auto it = spent_today_.find(user);
+  if (it == spent_today_.end() || it->second.day != now / kDayMs) return 0;
+  return it->second.spent;
+}
+
+Status Core::CheckDailyCapLocked(const std::string& user, Micros hold) const {
+  auto cap = daily_caps_.find(user);
+  if (cap == daily_caps_.end()) return Status::Ok();
+  Micros spent = SpentTodayLocked(user, clock_->NowMs());
+  Micros held = 0;  // what the user's live jobs may still cost
+  for (const auto& [id, e] : jobs_) {
+    if (e.job.owner == user && !api::IsTerminal(e.job.status)) {
+      held += ledger_.Balance(ledger::EscrowAccount(id));
+    }
+  }
+  if (spent + held + hold <= cap->second) return Status::Ok();
+  return Status::InsufficientCredit(
+      "the account's daily cap is " + ledger::FormatCredits(cap->second) + " credits: today " +
+      ledger::FormatCredits(spent) + " were spent and " + ledger::FormatCredits(held) +
+      " are held for running jobs, and this job may cost up to " + ledger::FormatCredits(hold));
+}
+
+Status Core::SetDailyCap(const std::string& user_id, Micros cap) {
+  return Run([&](store::WriteBatch& batch) {
+    if (!users_.count(user_id)) return Status::NotFound("no user " + user_id);
+    if (cap > 0) daily_caps_[user_id] = cap;
+    else daily_caps_.erase(user_id);
+    batch.settings.push_back({"daily_cap:" + user_id, ledger::FormatCredits(cap)});
+    return Status::Ok();
+  });
+}
+
+Micros Core::DailyCap(const std::string& user_id) const {
+  std::shared_lock lock(state_mu_);
+  auto it = daily_caps_.find(user_id);
+  return it == daily_caps_.end() ? 0 : it->second;
+}
+
+std::string Core::Metrics() const {
+  std::shared_lock lock(state_mu_);
+  std::string out;
+  auto gauge = [&](const std::string& name, const std::string& help, const std::string& labels,
+                   const std::string& value) {
+    if (!help.empty()) out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n";
+    out += name + labels + " " + value + "\n";
+  };
+  ledger::Totals t = ledger_.Summary();
+  const std::pair<const char*, Micros> credits[] = {{"issued", t.issued},
+                                                    {"users", t.users},
+                                                    {"escrow", t.escrow},
+                                                    {"providers", t.providers},
+                                                    {"platform", t.platform}};
+  bool first = true;
+  for (const auto& [account, amount] : credits) {
+    gauge("tide_credits", first ? "Credit by kind of account (issued = the sum of the others)" : "",
+          std::string("{account=\"") + account + "\"}", ledger::FormatCredits(amount));
+    first = false;
+  }
+  std::map<std::string, int> by_status;
+  for (const auto& [id, e] : jobs_) ++by_status[api::JobStatusName(e.job.status)];
+  first = true;
+  for (const char* s : {"queued", "starting", "running", "completed", "failed", "cancelled"}) {
+    gauge("tide_jobs", first ? "Jobs by status" : "", std::string("{status=\"") + s + "\"}",
+          std::to_string(by_status[s]));
+    first = false;
+  }
+  int ready = 0, lost = 0, gpus = 0, used = 0;
+  for (const auto& [id, n] : nodes_) {
+    (n.node.state == api::NodeState::kReady ? ready : lost) += 1;
+    if (n.node.state != api::NodeState::kReady) continue;
+    gpus += static_cast<int>(n.node.gpus.size());
+    for (const auto& [job, g] : n.leases) used += static_cast<int>(g.size());
+  }
+  gauge("tide_nodes", "Nodes by state", "{state=\"ready\"}", std::to_string(ready));
+  gauge("tide_nodes", "", "{state=\"lost\"}", std::to_string(lost));
+  gauge("tide_gpus", "GPUs of ready nodes, leased or free", "{state=\"leased\"}", std::to_string(used));
+  gauge("tide_gpus", "", "{state=\"free\"}", std::to_string(gpus - used));
+  gauge("tide_ledger_transactions", "Transactions in the ledger", "", std::to_string(ledger_.last_seq()));
+  return out;
 }
 
 ledger::PriceList Core::Prices() const {

@@ -246,6 +246,38 @@ TEST_F(MoneyTest, LedgerSurvivesRestartAndPreemptedSpotPaysWhatItRan) {
   ExpectBalanced();
 }
 
+TEST_F(MoneyTest, DailyCapRefusesUpFrontAndStopsRunningWork) {
+  Caller alice = Funded("alice", 100 * kMicrosPerCredit);
+  std::string node = AddNode("n1", 1);
+  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 200'000).ok());  // 0.2 credits a day
+  api::JobSpec big = Spec(1);
+  big.max_runtime_s = 3600;  // may cost 10
+  auto refused = core_->SubmitJob(alice, big, "");
+  ASSERT_EQ(refused.status().code(), Code::kInsufficientCredit);
+  EXPECT_NE(refused.status().message().find("daily cap is 0.2 credits"), std::string::npos)
+      << refused.status().message();
+  // A job within the cap runs until the day's spend reaches it.
+  api::JobSpec small = Spec(1);
+  small.max_cost = 150'000;
+  small.grace_s = 2;
+  auto job = core_->SubmitJob(alice, small, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::string id = job->first.id;
+  ASSERT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);
+  ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
+  Run(10'000, {node});
+  EXPECT_FALSE(core_->GetJob(alice, id)->cancel_requested);
+  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 50'000).ok());  // lowered: 18 s worth
+  Run(10'000, {node});
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->cancel_requested; }));
+  EXPECT_EQ(core_->GetJob(alice, id)->cancel_reason, "budget_exceeded");
+  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 0).ok());
+  EXPECT_EQ(core_->DailyCap(alice.subject), 0);
+  EXPECT_NE(core_->Metrics().find("tide_credits{account=\"issued\"} 100"), std::string::npos)
+      << core_->Metrics();
+  ExpectBalanced();
+}
+
 // Random sequences of what happens to money, with restarts between steps:
 // balances never go below zero and the ledger always balances.
 TEST_F(MoneyTest, PropertyRandomLifecyclesKeepTheLedgerBalanced) {

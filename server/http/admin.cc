@@ -29,7 +29,8 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     return JsonResponse(201, {{"id", user->first.id}, {"name", user->first.name},
                               {"token", user->second}});
   }
-  if (seg.size() >= 3 && (seg[2] == "prices" || seg[2] == "cards" || seg[2] == "ledger")) {
+  if (seg.size() >= 3 && (seg[2] == "prices" || seg[2] == "cards" || seg[2] == "ledger" ||
+                          (seg[2] == "users" && seg.size() == 5))) {
     return AdminMoney(req, seg);
   }
   if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {

@@ -96,6 +96,19 @@ Response Api::Handle(const Request& req) {
   if (seg.size() == 1 && seg[0] == "healthz") {
     return JsonResponse(200, {{"status", "ok"}});
   }
+  if (seg.size() == 1 && seg[0] == "metrics" && req.method == "GET") {
+    // Operator totals: the admin token, as a Prometheus bearer token.
+    std::string auth = req.Header("authorization");
+    auto caller = core_->Authenticate(auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : "");
+    if (!caller.ok()) return ErrorResponse(caller.status());
+    if (caller->scope != Scope::kAdmin) {
+      return ErrorResponse(Status::PermissionDenied("/metrics needs the admin token"));
+    }
+    Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = core_->Metrics();
+    return r;
+  }
   if (seg.empty() || seg[0] != "v1" || seg.size() < 2) {
     return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
   }

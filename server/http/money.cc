@@ -181,6 +181,27 @@ Response Api::AdminMoney(const Request& req, const Segments& seg) {
                               {"value", Credits(*value)},
                               {"expires_at", expires.value_or(0)}});
   }
+  if (seg[2] == "users" && seg.size() == 5 && seg[4] == "daily-cap" &&
+      (req.method == "PUT" || req.method == "GET")) {
+    auto user = core_->FindUser(seg[3]);
+    if (!user.ok()) return ErrorResponse(user.status());
+    if (req.method == "PUT") {
+      auto body = ParseBody(req);
+      if (!body.ok()) return ErrorResponse(body.status());
+      JsonReader r(*body, "");
+      const json* v = r.Raw("daily_cap");
+      if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+      Micros cap = 0;  // null or absent: no cap
+      if (v != nullptr) {
+        auto c = ReadCredits(v, "daily_cap");
+        if (!c.ok()) return ErrorResponse(c.status());
+        cap = *c;
+      }
+      if (Status st = core_->SetDailyCap(*user, cap); !st.ok()) return ErrorResponse(st);
+    }
+    Micros cap = core_->DailyCap(*user);
+    return JsonResponse(200, {{"user", *user}, {"daily_cap", cap > 0 ? Credits(cap) : json(nullptr)}});
+  }
   if (seg[2] == "ledger" && seg.size() == 4 && seg[3] == "check" && req.method == "GET") {
     ledger::Totals t;
     Status st = core_->CheckLedger(&t);

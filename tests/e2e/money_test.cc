@@ -110,6 +110,14 @@ TEST_F(MoneyE2eTest, ChargedExactlySecondsTimesRateAndTheProviderEarnsTheRest) {
   EXPECT_EQ(Micros(earned["lines"][0]["fee"]), fee);
   EXPECT_EQ(Micros(earned["lines"][0]["earned"]), expected - fee);
   ExpectLedgerBalances();
+
+  // Operator totals for Prometheus, with the admin token only.
+  auto admin = cluster_.ClientFor(admin_token_);
+  auto metrics = admin->CallRaw("GET", "/metrics", "", "");
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_NE(metrics->find("tide_credits{account=\"issued\"} 50"), std::string::npos) << *metrics;
+  EXPECT_NE(metrics->find("tide_jobs{status=\"completed\"} 1"), std::string::npos) << *metrics;
+  EXPECT_FALSE(alice_->CallRaw("GET", "/metrics", "", "").ok());
 }
 
 TEST_F(MoneyE2eTest, BudgetsAndBalanceAreHardLimits) {
