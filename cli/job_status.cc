@@ -91,6 +91,13 @@ void PrintHuman(const json& job) {
   row("Image", JsonString(job, "image"));
   row("Command", Command(job));
   if (int64_t s = JsonInt(job, "max_runtime"); s > 0) row("Max runtime", FormatDurationSeconds(s));
+  if (job.contains("max_cost")) row("Max cost", CreditsText(job, "max_cost") + " credits");
+  if (std::string cost = CreditsText(job, "cost"); cost != "-" && cost != "0") {
+    row("Cost", cost + " credits so far");
+  }
+  if (std::string escrow = CreditsText(job, "escrow"); escrow != "-" && escrow != "0") {
+    row("Escrow", escrow + " credits held");
+  }
   if (job.contains("tags") && job["tags"].is_array() && !job["tags"].empty()) {
     std::string tags;
     for (const auto& t : job["tags"]) {
