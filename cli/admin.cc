@@ -10,6 +10,7 @@
 //   tide admin cards mint --count N --value V [--expires DATE]
 //                              prints N new compute card codes, once
 //   tide admin ledger check    proves every account sums to what was issued
+//   tide admin user weight NAME W   fair-share weight (default 1)
 //   tide admin user cap NAME --daily CREDITS|none
 //                              what NAME's jobs may spend per UTC day
 //   tide admin node drain NODE    the node takes no new jobs (running ones go on)
@@ -198,7 +199,24 @@ int RunUserCap(const std::string& user, const std::string& daily) {
   return kExitOk;
 }
 
+int RunUserWeight(const std::string& user, double weight) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer =
+      (*client)->Call("PUT", "/v1/admin/users/" + user + "/weight", json{{"weight", weight}});
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "User " << user << ": fair-share weight " << answer->value("weight", 1.0) << "\n";
+  return kExitOk;
+}
+
 void AddAdminMoneyCommands(CLI::App* admin, CLI::App* user) {
+  auto w_user = std::make_shared<std::string>();
+  auto w_value = std::make_shared<double>(1.0);
+  CLI::App* weight = user->add_subcommand("weight", "Set a user's fair-share weight (default 1)");
+  weight->add_option("name", *w_user, "User name or id")->required();
+  weight->add_option("weight", *w_value, "Weight, above 0 (2 = twice the share of 1)")->required();
+  SetAction(weight, [w_user, w_value] { return RunUserWeight(*w_user, *w_value); });
+
   auto cap_user = std::make_shared<std::string>();
   auto cap_daily = std::make_shared<std::string>();
   CLI::App* cap = user->add_subcommand("cap", "Limit what a user's jobs may spend per day");

@@ -142,6 +142,14 @@ Status Core::Recover() {
     }
   }
   RecoverMoneyLocked(*contents);
+  for (const auto& row : contents->settings) {
+    if (row.key.rfind("weight:", 0) != 0) continue;
+    double w = std::strtod(row.value.c_str(), nullptr);
+    if (w > 0) {
+      fair_.SetWeight(row.key.substr(7), w);
+      weights_[row.key.substr(7)] = w;
+    }
+  }
   // Fair-share usage is derived from the attempts, charged in time order.
   std::vector<std::tuple<int64_t, std::string, double>> used;
   for (auto& [id, e] : jobs_) {
@@ -945,6 +953,25 @@ Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& nam
   });
   if (!st.ok()) return st;
   return std::make_pair(user, token);
+}
+
+Status Core::SetWeight(const std::string& user_id, double weight) {
+  if (!(weight > 0 && weight <= 1000)) return Status::InvalidArgument("must be above 0 and at most 1000", "weight");
+  return Run([&](store::WriteBatch& batch) {
+    if (!users_.count(user_id)) return Status::NotFound("no user " + user_id);
+    fair_.SetWeight(user_id, weight);
+    weights_[user_id] = weight;
+    char text[32];
+    snprintf(text, sizeof text, "%.6g", weight);
+    batch.settings.push_back({"weight:" + user_id, text});
+    return Status::Ok();
+  });
+}
+
+double Core::Weight(const std::string& user_id) const {
+  std::shared_lock lock(state_mu_);
+  auto it = weights_.find(user_id);
+  return it == weights_.end() ? 1.0 : it->second;
 }
 
 Result<std::string> Core::FindUser(const std::string& id_or_name) const {

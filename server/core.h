@@ -198,6 +198,10 @@ class Core {
   // What the user's jobs may spend per UTC day, in all; 0 = no cap.
   Status SetDailyCap(const std::string& user_id, ledger::Micros cap);
   ledger::Micros DailyCap(const std::string& user_id) const;
+  // The user's fair-share weight (default 1): an account of weight 2 is
+  // entitled to twice the GPU-time of one of weight 1 when both wait.
+  Status SetWeight(const std::string& user_id, double weight);
+  double Weight(const std::string& user_id) const;
   // Operator totals, Prometheus text format (GET /metrics).
   std::string Metrics() const;
   ledger::PriceList Prices() const;
@@ -346,6 +350,7 @@ class Core {
   int64_t last_full_pass_mono_ = 0;
   int64_t last_meter_mono_ = 0;
   sched::FairShare fair_;
+  std::map<std::string, double> weights_;  // fair-share weights set by the admin
 
   // Money. ledger_rows_ are the transactions applied since the last batch
   // was handed to the store; Loop() moves them into that batch.

@@ -377,6 +377,37 @@ TEST_F(CoreTest, GangSurvivesRestart) {
   EXPECT_EQ(core_->GetJob(alice, id)->status, JobStatus::kCompleted);
 }
 
+TEST_F(CoreTest, HeavierAccountsGetTheirShareFirstAndWeightsPersist) {
+  Caller heavy = User("heavy");
+  Caller light = User("light");
+  ASSERT_TRUE(core_->SetWeight(heavy.subject, 4).ok());
+  EXPECT_EQ(core_->SetWeight(heavy.subject, 0).field(), "weight");
+  EXPECT_TRUE(core_->SetWeight("u-nobody", 2).IsNotFound());
+  // Both use the one GPU for 5 s; then the next job of the heavier weight
+  // goes first, though it was submitted later.
+  std::string node = AddNode("n1", 1);
+  auto a = core_->SubmitJob(light, Spec(), "");
+  auto b = core_->SubmitJob(heavy, Spec(), "");
+  for (const auto& id : {a->first.id, b->first.id}) {
+    ASSERT_TRUE(Eventually([&] {
+      return core_->GetJob(Caller{Scope::kAdmin, "admin"}, id)->status == JobStatus::kStarting;
+    }));
+    ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
+    clock_.Advance(5'000);
+    ASSERT_TRUE(core_->Heartbeat(node, {}).ok());
+    if (id == b->first.id) break;
+    ASSERT_TRUE(core_->JobEvent(node, id, {1, "exited", 0, "", ""}).ok());
+  }
+  auto l = core_->SubmitJob(light, Spec(), "");
+  auto h = core_->SubmitJob(heavy, Spec(), "");
+  ASSERT_TRUE(core_->JobEvent(node, b->first.id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_EQ(core_->GetJob(heavy, h->first.id)->status, JobStatus::kStarting);
+  EXPECT_EQ(core_->GetJob(light, l->first.id)->status, JobStatus::kQueued);
+  Reboot();
+  EXPECT_DOUBLE_EQ(core_->Weight(heavy.subject), 4.0);
+  EXPECT_DOUBLE_EQ(core_->Weight(light.subject), 1.0);
+}
+
 TEST_F(CoreTest, IdempotencyKeyCreatesOnce) {
   Caller alice = User("alice");
   auto a = core_->SubmitJob(alice, Spec(), "key-1");

@@ -30,8 +30,22 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
                               {"token", user->second}});
   }
   if (seg.size() >= 3 && (seg[2] == "prices" || seg[2] == "cards" || seg[2] == "ledger" ||
-                          (seg[2] == "users" && seg.size() == 5))) {
+                          (seg[2] == "users" && seg.size() == 5 && seg[4] == "daily-cap"))) {
     return AdminMoney(req, seg);
+  }
+  if (seg.size() == 5 && seg[2] == "users" && seg[4] == "weight" &&
+      (req.method == "PUT" || req.method == "GET")) {
+    auto user = core_->FindUser(seg[3]);
+    if (!user.ok()) return ErrorResponse(user.status());
+    if (req.method == "PUT") {
+      auto body = ParseBody(req);
+      if (!body.ok()) return ErrorResponse(body.status());
+      JsonReader r(*body, "");
+      auto weight = r.Number("weight", true);
+      if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+      if (Status st = core_->SetWeight(*user, *weight); !st.ok()) return ErrorResponse(st);
+    }
+    return JsonResponse(200, {{"user", *user}, {"weight", core_->Weight(*user)}});
   }
   if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {
     // Agents that join with it belong to the provider named, if any.
