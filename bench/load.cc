@@ -68,12 +68,14 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   std::string tide_bin;
   int connections = 8, jobs = 4000, latency_jobs = 50;
+  bool priced = false;  // --priced on: every submission holds escrow in the ledger
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--tide") tide_bin = argv[i + 1];
     else if (a == "--connections") connections = atoi(argv[i + 1]);
     else if (a == "--jobs") jobs = atoi(argv[i + 1]);
     else if (a == "--latency-jobs") latency_jobs = atoi(argv[i + 1]);
+    else if (a == "--priced") priced = std::string(argv[i + 1]) == "on";
     else {
       fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -105,6 +107,18 @@ int main(int argc, char** argv) {
   tok.erase(tok.find_last_not_of("\n") + 1);
   auto admin = std::move(api::Client::Create(url, tok)).value();
   std::string user = admin->CreateUser("load")->token;
+  if (priced) {
+    // H100 at 2 credits per GPU-hour, and plenty of credit: each submission
+    // of the throughput run holds 2 credits (1 GPU x max_runtime 1h).
+    (void)admin->Call("POST", "/v1/admin/prices", nlohmann::json{{"per_gpu_hour", {{"H100", "2"}}}});
+    auto card = admin->Call("POST", "/v1/admin/cards", nlohmann::json{{"count", 1}, {"value", "1000000"}});
+    auto user_client = std::move(api::Client::Create(url, user)).value();
+    if (!card.ok() ||
+        !user_client->Call("POST", "/v1/cards/redeem", nlohmann::json{{"code", (*card)["codes"][0]}}).ok()) {
+      fprintf(stderr, "could not fund the load user\n");
+      return 1;
+    }
+  }
   std::string join = admin->CreateJoinToken()->token;
   pid_t agent = Spawn({tide_bin, "agent", "--server", url, "--join-token", join, "--data-dir",
                        dir + "/agent", "--name", "load-agent", "--fake-gpus", "8xRTX4090:24GB"},
@@ -126,6 +140,7 @@ int main(int argc, char** argv) {
       nlohmann::json spec = {{"name", "load"},
                              {"command", {"true"}},
                              {"resources", {{"gpu_type", "H100"}, {"gpu_count", 1}}}};
+      if (priced) spec["max_runtime"] = "1h";
       while (next.fetch_add(1) < jobs) {
         if (!client->SubmitJob(spec).ok()) failed++;
       }
@@ -133,8 +148,9 @@ int main(int argc, char** argv) {
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  printf("durable submissions: %d jobs over %d connections in %.2f s = %.0f jobs/s (%d failed)\n",
-         jobs, connections, secs, jobs / secs, failed.load());
+  printf("durable submissions%s: %d jobs over %d connections in %.2f s = %.0f jobs/s (%d failed)\n",
+         priced ? " (priced: each holds escrow)" : "", jobs, connections, secs, jobs / secs,
+         failed.load());
 
   // Clear the waiting jobs so the latency run sees an idle cluster.
   auto client = std::move(api::Client::Create(url, user)).value();
