@@ -133,7 +133,7 @@ TEST(BuildJobEnv, SaysWhereTheNodeIsInTheJob) {
   EXPECT_EQ(single["TIDE_GPU_UUIDS"], "GPU-1,GPU-3");
   EXPECT_EQ(single["TIDE_NODE_RANK"], "0");
   EXPECT_EQ(single["TIDE_NNODES"], "1");
-  EXPECT_EQ(single["WORLD_SIZE"], "2");  // Tide's value wins over the spec's
+  EXPECT_EQ(single["WORLD_SIZE"], "7");  // single-node: the spec's own, if any
   EXPECT_EQ(single["MINE"], "x");
   EXPECT_EQ(single.count("MASTER_ADDR"), 0u);
 
@@ -141,7 +141,7 @@ TEST(BuildJobEnv, SaysWhereTheNodeIsInTheJob) {
   EXPECT_EQ(rank["TIDE_NODE_RANK"], "2");
   EXPECT_EQ(rank["TIDE_NNODES"], "4");
   EXPECT_EQ(rank["TIDE_GPUS_PER_NODE"], "2");
-  EXPECT_EQ(rank["WORLD_SIZE"], "8");
+  EXPECT_EQ(rank["WORLD_SIZE"], "8");  // a gang: Tide's, the rendezvous's truth
   EXPECT_EQ(rank["MASTER_ADDR"], "10.0.0.5");
   EXPECT_EQ(rank["MASTER_PORT"], "29517");
 }

@@ -99,8 +99,10 @@ std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::G
   env["TIDE_NODE_RANK"] = std::to_string(gang.rank);
   env["TIDE_NNODES"] = std::to_string(gang.nnodes);
   env["TIDE_GPUS_PER_NODE"] = std::to_string(per_node);
-  env["WORLD_SIZE"] = std::to_string(gang.nnodes * per_node);
   if (gang.nnodes > 1) {
+    // Only for a gang: single-node scripts read WORLD_SIZE > 1 as "I was
+    // launched distributed", and a spec's own value stays theirs.
+    env["WORLD_SIZE"] = std::to_string(gang.nnodes * per_node);
     env["MASTER_ADDR"] = gang.master_addr;
     env["MASTER_PORT"] = std::to_string(gang.master_port);
   }

@@ -48,8 +48,8 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
 // CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NVIDIA_VISIBLE_DEVICES,
 // TIDE_GPU_UUIDS, TIDE_JOB_ID, TIDE_ATTEMPT, TIDE_OUTPUT_DIR,
 // TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE, and where this node is in the job:
-// TIDE_NODE_RANK, TIDE_NNODES, TIDE_GPUS_PER_NODE, WORLD_SIZE (all GPUs of
-// the job), and for a gang MASTER_ADDR and MASTER_PORT (rank 0's
+// TIDE_NODE_RANK, TIDE_NNODES, TIDE_GPUS_PER_NODE, and for a gang
+// WORLD_SIZE (all GPUs of the job), MASTER_ADDR and MASTER_PORT (rank 0's
 // rendezvous), so `torchrun` needs no other setup.
 std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::Gang& gang,
                                                const JobPaths& paths,

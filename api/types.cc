@@ -433,6 +433,7 @@ json ToJson(const Job& job) {
   j["cancel_reason"] = job.cancel_reason;
   j["preempt_requested"] = job.preempt_requested;
   if (!job.gang_failure.empty()) j["gang_failure"] = job.gang_failure;
+  if (!job.gang_requeue.empty()) j["gang_requeue"] = job.gang_requeue;
   json attempts = json::array();
   for (auto& a : job.attempts) attempts.push_back(ToJson(a));
   j["attempts"] = attempts;
@@ -472,6 +473,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.cancel_reason = j.value("cancel_reason", "");
   job.preempt_requested = j.value("preempt_requested", false);
   job.gang_failure = j.value("gang_failure", "");
+  job.gang_requeue = j.value("gang_requeue", "");
   if (j.contains("attempts") && j["attempts"].is_array()) {
     for (auto& a : j["attempts"]) {
       auto at = AttemptFromJson(a);

@@ -135,6 +135,10 @@ struct Job {
   // A rank of a gang failed: the other ranks get the notice (reason
   // "gang_failed") and the job ends failed with this reason.
   std::string gang_failure;
+  // A node of a gang was lost (or its agent stopped): the other ranks get
+  // the notice with this reason, and the job returns to the queue once
+  // every rank has stopped.
+  std::string gang_requeue;
   std::vector<Attempt> attempts;  // finished attempts and the current one
 };
 json ToJson(const Job& job);

@@ -337,6 +337,7 @@ std::string Core::StopReason(const Job& job) {
   if (job.cancel_requested) return job.cancel_reason;
   if (job.preempt_requested) return "preempted";
   if (!job.gang_failure.empty()) return "gang_failed";
+  if (!job.gang_requeue.empty()) return job.gang_requeue;
   return "";
 }
 
@@ -377,7 +378,7 @@ void Core::Tick(store::WriteBatch& batch) {
     for (auto& job_id : leased) {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end()) continue;
-      RequeueLocked(it->second, "node_lost");
+      LostPartLocked(it->second, id, "node_lost", batch);
       PersistJob(it->second, batch);
     }
     schedule_needed_ = true;
@@ -412,6 +413,13 @@ void Core::ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<i
 }
 
 bool Core::DeliveredLocked(const Job& job) const {
+  // What runs was delivered, even if the record of it went with a restart.
+  if (job.status == JobStatus::kRunning) return true;
+  if (const api::Attempt* a = Current(job)) {
+    for (const auto& r : a->ranks) {
+      if (r.started_at > 0) return true;
+    }
+  }
   std::lock_guard<std::mutex> lock(delivery_mu_);
   for (auto& [node_id, gpus] : Allocs(job, /*live=*/false)) {
     if (delivered_.count(DeliveryKey(job.id, job.attempt, node_id))) return true;
@@ -431,6 +439,7 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   e.job.reason = reason;
   e.job.preempt_requested = false;
   e.job.gang_failure.clear();
+  e.job.gang_requeue.clear();
   e.queued_since = clock_->NowMs();
   e.job.attempt += 1;
   e.job.node_id.clear();
@@ -892,6 +901,7 @@ QueueSummary Core::Queue(const Caller& caller) const {
     return t.empty() ? std::string("any") : t;
   };
   std::map<std::string, std::vector<int64_t>> waits;
+  std::set<std::string> counted;  // running jobs already counted
   std::shared_lock lock(state_mu_);
   std::lock_guard<std::mutex> elock(estimate_mu_);
   out.estimated_at = estimated_at_;
@@ -904,7 +914,7 @@ QueueSummary Core::Queue(const Caller& caller) const {
     for (const auto& [job_id, gpus] : n.leases) {
       const Job& job = jobs_.at(job_id).job;
       QueueGroup& g = groups[type_of(job.spec)];
-      if (job.node_id == id) ++g.running_jobs;  // a gang counts once, at rank 0
+      if (counted.insert(job_id).second) ++g.running_jobs;  // a gang counts once
       g.running_gpus += static_cast<int>(gpus.size());
     }
   }
@@ -1114,7 +1124,7 @@ Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::He
       JobEntry& e = jobs_.at(job_id);
       spdlog::warn("node {} no longer runs {} (attempt {}); requeueing", node_id, job_id,
                    e.job.attempt);
-      RequeueLocked(e, "lost_by_agent");
+      LostPartLocked(e, node_id, "lost_by_agent", batch);
       PersistJob(e, batch);
     }
     return Status::Ok();
@@ -1258,7 +1268,10 @@ std::optional<api::JobEvent> Core::GangEventLocked(JobEntry& e, int rank, const 
     return std::nullopt;
   }
   if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
-    return ev;  // that node's part runs again, so the whole gang does
+    // That node's part must run again, so the whole gang does.
+    LostPartLocked(e, r.node_id, "agent_shutdown", batch);
+    PersistJob(e, batch);
+    return std::nullopt;
   }
   // This rank is done: its GPUs are free now.
   r.finished_at = now;
@@ -1284,6 +1297,39 @@ std::optional<api::JobEvent> Core::GangEventLocked(JobEntry& e, int rank, const 
   return out;
 }
 
+// One node's part of a job is gone (node lost, agent lost it or stopped). A
+// single-node job returns to the queue. In a gang only that rank ends: the
+// others get the notice (reason `reason`) with their grace, and the job
+// returns to the queue, or ends as it was already ending, once all stopped.
+void Core::LostPartLocked(JobEntry& e, const std::string& node_id, const std::string& reason,
+                          store::WriteBatch& batch) {
+  const api::Attempt* current = Current(e.job);
+  if (current == nullptr || current->ranks.empty()) {
+    RequeueLocked(e, reason);
+    return;
+  }
+  api::Attempt& a = e.job.attempts.back();
+  int rank = RankOn(e.job, node_id);
+  if (rank >= 0 && a.ranks[static_cast<size_t>(rank)].finished_at == 0) {
+    api::Rank& r = a.ranks[static_cast<size_t>(rank)];
+    r.finished_at = clock_->NowMs();
+    if (r.started_at == 0) r.started_at = r.finished_at;
+    r.reason = reason;
+    nodes_[node_id].leases.erase(e.job.id);
+    std::lock_guard<std::mutex> lock(delivery_mu_);
+    delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, node_id));
+    cancel_delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, node_id));
+  }
+  if (StopReason(e.job).empty()) {
+    e.job.gang_requeue = reason;
+    spdlog::info("job {} attempt {}: rank {} {}; stopping the other ranks to run it again",
+                 e.job.id, e.job.attempt, rank, reason);
+  }
+  DropUndeliveredRanksLocked(e);
+  if (auto outcome = GangOutcome(e)) (void)FinishLocked(e, *outcome, batch);
+  schedule_needed_ = true;
+}
+
 // Ranks no agent has been handed yet cannot get the notice: when the gang
 // is being stopped they end here, at once.
 void Core::DropUndeliveredRanksLocked(JobEntry& e) {
@@ -1294,7 +1340,8 @@ void Core::DropUndeliveredRanksLocked(JobEntry& e) {
   int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(delivery_mu_);
   for (auto& r : a.ranks) {
-    if (r.finished_at > 0 || delivered_.count(DeliveryKey(e.job.id, e.job.attempt, r.node_id))) {
+    if (r.finished_at > 0 || r.started_at > 0 ||
+        delivered_.count(DeliveryKey(e.job.id, e.job.attempt, r.node_id))) {
       continue;
     }
     r.finished_at = now;
@@ -1321,12 +1368,17 @@ std::optional<api::JobEvent> Core::GangOutcome(const JobEntry& e) const {
   for (const auto& other : a.ranks) preempted = preempted || other.reason == "preempted";
   if (preempted) {
     out.reason = "preempted";
+  } else if (!e.job.gang_requeue.empty() && e.job.gang_failure.empty()) {
+    out.reason = e.job.gang_requeue;
   } else if (!e.job.gang_failure.empty()) {
     // The rank that failed first, not the ones stopped because of it.
     const api::Rank* first = nullptr;
     for (const auto& other : a.ranks) {
       bool bad = !other.reason.empty() || !other.exit_code || *other.exit_code != 0;
-      if (!bad || other.reason == "gang_failed") continue;
+      // Ranks stopped by the gang or gone with their node did not fail.
+      static const std::set<std::string> kNotFailures = {
+          "gang_failed", "agent_shutdown", "node_lost", "lost_by_agent", "preempted", "cancelled"};
+      if (!bad || kNotFailures.count(other.reason)) continue;
       if (first == nullptr || other.finished_at < first->finished_at) first = &other;
     }
     out.reason = e.job.gang_failure;
@@ -1341,6 +1393,13 @@ std::optional<api::JobEvent> Core::GangOutcome(const JobEntry& e) const {
 // The job's (last) process exited: it ends, or returns to the queue.
 Status Core::FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatch& batch) {
   int64_t now = clock_->NowMs();
+  if (!e.job.gang_requeue.empty() && e.job.gang_failure.empty() && !e.job.cancel_requested &&
+      ev.reason == e.job.gang_requeue) {
+    // A node of the gang went away; every rank has stopped: run it again.
+    RequeueLocked(e, e.job.gang_requeue);
+    PersistJob(e, batch);
+    return Status::Ok();
+  }
   if (ev.reason == "agent_shutdown" && !e.job.cancel_requested) {
     // The agent was stopped, not the job: it runs again elsewhere.
     RequeueLocked(e, "agent_shutdown");

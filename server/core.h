@@ -314,6 +314,10 @@ class Core {
   // A rank of a gang reported; the job's outcome once its last rank exited.
   std::optional<api::JobEvent> GangEventLocked(JobEntry& e, int rank, const api::JobEvent& ev,
                                                store::WriteBatch& batch);
+  // One node's part of a job is gone: requeue it, or for a gang end that
+  // rank and stop the others (see core.cc).
+  void LostPartLocked(JobEntry& e, const std::string& node_id, const std::string& reason,
+                      store::WriteBatch& batch);
   // While a gang is being stopped: its ranks no agent was handed end now.
   void DropUndeliveredRanksLocked(JobEntry& e);
   // A gang attempt's outcome once every rank has exited, else nullopt.

@@ -319,15 +319,63 @@ TEST_F(CoreTest, LostNodeRequeuesTheWholeGang) {
     clock_.Advance(1000);
     ASSERT_TRUE(core_->Heartbeat(rank0, hb).ok());
   }
-  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->attempt == 2; }));
-  auto j = core_->GetJob(alice, id);
-  EXPECT_EQ(j->status, JobStatus::kQueued);  // one node left: waits for two
-  EXPECT_EQ(j->attempts[0].reason, "node_lost");
-  // The surviving rank is told to stop at once.
+  // The surviving rank gets the notice, with its grace, and keeps its GPUs
+  // until it has stopped.
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->gang_requeue == "node_lost"; }));
   auto work = core_->Heartbeat(rank0, hb);
   ASSERT_EQ(work->cancels.size(), 1u);
-  EXPECT_EQ(work->cancels[0].reason, "not_leased");
+  EXPECT_EQ(work->cancels[0].reason, "node_lost");
+  EXPECT_EQ(work->cancels[0].grace_s, 30);
+  auto next = core_->SubmitJob(alice, Spec(1), "");
+  EXPECT_EQ(next->first.status, JobStatus::kQueued) << "rank 0's GPU is still in use";
+  ASSERT_TRUE(core_->CancelJob(alice, next->first.id).ok());
+  ASSERT_TRUE(core_->JobEvent(rank0, id, {1, "exited", 143, "node_lost", ""}).ok());
+  auto j = core_->GetJob(alice, id);
+  EXPECT_EQ(j->attempt, 2);
+  EXPECT_EQ(j->status, JobStatus::kQueued);  // one node left: waits for two
+  EXPECT_EQ(j->reason, "node_lost");
+  EXPECT_EQ(j->attempts[0].ranks[1].reason, "node_lost");
   for (const auto& n : core_->ListNodes()) EXPECT_TRUE(n.leases.empty()) << n.node.name;
+}
+
+TEST_F(CoreTest, AFailingGangStaysFailedWhenAnotherPartIsLost) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  const std::string id = gang->first.id;
+  for (const auto& node : {a, b}) {
+    ASSERT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);
+    ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
+  }
+  ASSERT_TRUE(core_->JobEvent(b, id, {1, "exited", 2, "", ""}).ok());
+  // Rank 0's agent stops before it reports its exit.
+  ASSERT_TRUE(core_->JobEvent(a, id, {1, "exited", 143, "agent_shutdown", ""}).ok());
+  auto j = core_->GetJob(alice, id);
+  EXPECT_EQ(j->status, JobStatus::kFailed);
+  EXPECT_EQ(j->reason, "exit_code:2");
+  EXPECT_EQ(j->attempt, 1);
+}
+
+TEST_F(CoreTest, StoppingARunningGangAfterARestartGivesEveryRankItsNotice) {
+  Caller alice = User("alice");
+  std::string a = AddNode("a", 1);
+  std::string b = AddNode("b", 1);
+  auto gang = core_->SubmitJob(alice, Gang(2, 1), "");
+  const std::string id = gang->first.id;
+  for (const auto& node : {a, b}) {
+    ASSERT_EQ(core_->PollWork(node, 0)->assignments.size(), 1u);
+    ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
+  }
+  Reboot();  // what was delivered is forgotten; what runs is known
+  auto c = core_->CancelJob(alice, id);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->status, JobStatus::kRunning) << "not ended before the ranks stop";
+  for (const auto& node : {a, b}) {
+    auto work = core_->PollWork(node, 0);
+    ASSERT_EQ(work->cancels.size(), 1u) << node;
+    EXPECT_EQ(work->cancels[0].reason, "cancelled");
+  }
 }
 
 TEST_F(CoreTest, PreemptedGangRequeuesOnceEveryRankStopped) {
