@@ -346,6 +346,8 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
     deps.data_dir = data_dir_;
     deps.runtime = runtime_.get();
     deps.node_gpus = gpus_;
+    deps.checkpoint_interval_ms = options_.checkpoint_interval_ms;
+    deps.node_name = name_;
     auto runner = std::make_unique<JobRunner>(job, std::move(deps), a.gang);
     runner->Start();
     runners_[key] = std::move(runner);

@@ -23,6 +23,10 @@ struct AgentOptions {
   // listed are sold at the operator's list price).
   std::map<std::string, int64_t> prices;
   int64_t heartbeat_interval_ms = 2'000;
+  // How often a running job's changed TIDE_CHECKPOINT_DIR is uploaded (a
+  // job's own checkpoint_interval wins); it is also uploaded after every
+  // notice, before the attempt is reported over.
+  int64_t checkpoint_interval_ms = 300'000;
   std::string log_level = "info";
 
   // When the agent runs inside another process (`tide dev`, tests): the agent

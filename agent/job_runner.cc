@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -15,6 +18,7 @@
 #include "common/archive.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/token.h"
 
 namespace tide::agent {
 namespace fs = std::filesystem;
@@ -57,6 +61,41 @@ bool IsSafeJobId(const std::string& id) {
   return true;
 }
 
+// Names, sizes and modification times of everything under `dir`: two equal
+// fingerprints mean nothing was written in between. "" for an empty or
+// missing directory.
+std::string CheckpointFingerprint(const std::string& dir) {
+  std::vector<std::string> items;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied,
+                                                  ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat sb {};
+    if (::lstat(it->path().c_str(), &sb) != 0) continue;
+    items.push_back(it->path().lexically_relative(dir).generic_string() + "\t" +
+                    std::to_string(sb.st_mode) + "\t" + std::to_string(sb.st_size) + "\t" +
+                    std::to_string(sb.st_mtim.tv_sec) + "." + std::to_string(sb.st_mtim.tv_nsec));
+  }
+  if (items.empty()) return "";
+  std::sort(items.begin(), items.end());
+  std::string all;
+  for (const auto& i : items) all += i + "\n";
+  return Sha256Hex(all);
+}
+
+// The end of the last complete line of `fd` at or after `from` (so a
+// metric line the job is still writing is never shipped half).
+int64_t CompleteLinesEnd(int fd, int64_t from) {
+  struct stat sb {};
+  if (fd < 0 || ::fstat(fd, &sb) != 0 || sb.st_size <= from) return from;
+  int64_t end = std::min<int64_t>(sb.st_size, from + static_cast<int64_t>(kMaxLogPost));
+  std::string buf(static_cast<size_t>(end - from), '\0');
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), from);
+  if (n <= 0) return from;
+  size_t nl = std::string_view(buf.data(), static_cast<size_t>(n)).rfind('\n');
+  return nl == std::string::npos ? from : from + static_cast<int64_t>(nl) + 1;
+}
+
 }  // namespace
 
 JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int attempt) {
@@ -66,13 +105,15 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
   p.output = p.root + "/output";
   p.checkpoint = p.root + "/checkpoint";
   p.notice = p.root + "/notice";
+  p.metrics = p.root + "/metrics.jsonl";
   p.log = p.root + "/log";
   return p;
 }
 
 std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::Gang& gang,
                                                const JobPaths& paths,
-                                               const std::vector<api::Gpu>& node_gpus) {
+                                               const std::vector<api::Gpu>& node_gpus,
+                                               const std::string& node_name) {
   std::map<std::string, std::string> env = job.spec.env;
   std::string indices;
   std::string uuids;
@@ -95,6 +136,26 @@ std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::G
   env["TIDE_OUTPUT_DIR"] = paths.output;
   env["TIDE_CHECKPOINT_DIR"] = paths.checkpoint;
   env["TIDE_NOTICE_FILE"] = paths.notice;
+  env["TIDE_METRICS_FILE"] = paths.metrics;
+  if (job.attempt > 1) {
+    env["TIDE_RESUMED"] = "1";
+    for (const api::Attempt& a : job.attempts) {
+      if (a.attempt == job.attempt - 1) env["TIDE_RESTART_REASON"] = a.reason;
+    }
+  }
+  if (!job.batch.empty()) {
+    env["TIDE_BATCH"] = job.batch;
+    env["TIDE_TRIAL"] = job.trial;
+    for (const auto& [name, value] : job.params) {
+      std::string var = "TIDE_PARAM_";
+      for (char c : name) {
+        var += std::isalnum(static_cast<unsigned char>(c))
+                   ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+                   : '_';
+      }
+      env[var] = value;
+    }
+  }
   const int per_node = static_cast<int>(job.gpus.size());
   env["TIDE_NODE_RANK"] = std::to_string(gang.rank);
   env["TIDE_NNODES"] = std::to_string(gang.nnodes);
@@ -105,6 +166,33 @@ std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::G
     env["WORLD_SIZE"] = std::to_string(gang.nnodes * per_node);
     env["MASTER_ADDR"] = gang.master_addr;
     env["MASTER_PORT"] = std::to_string(gang.master_port);
+  }
+  if (job.spec.slurm) {
+    // What sbatch's scripts read; a value the spec set (the array task id,
+    // ...) is the spec's. See docs/slurm.md.
+    auto set = [&](const std::string& k, const std::string& v) { env.emplace(k, v); };
+    set("SLURM_JOB_ID", job.id);
+    set("SLURM_JOBID", job.id);
+    set("SLURM_JOB_NAME", job.spec.name);
+    set("SLURM_NNODES", std::to_string(gang.nnodes));
+    set("SLURM_JOB_NUM_NODES", std::to_string(gang.nnodes));
+    set("SLURM_NODEID", std::to_string(gang.rank));
+    set("SLURM_PROCID", std::to_string(gang.rank));
+    set("SLURM_NTASKS", std::to_string(gang.nnodes));
+    set("SLURM_LOCALID", "0");
+    set("SLURM_GPUS_ON_NODE", std::to_string(per_node));
+    set("SLURM_JOB_GPUS", indices);
+    set("SLURM_CPUS_PER_TASK",
+        std::to_string(job.spec.resources.cpus > 0
+                           ? static_cast<int64_t>(std::ceil(job.spec.resources.cpus))
+                           : 1));
+    if (job.spec.resources.memory_mb > 0) {
+      set("SLURM_MEM_PER_NODE", std::to_string(job.spec.resources.memory_mb));
+    }
+    set("SLURM_SUBMIT_DIR", paths.work);
+    set("SLURM_RESTART_COUNT", std::to_string(job.attempt - 1));
+    set("SLURM_CLUSTER_NAME", "tide");
+    if (!node_name.empty()) set("SLURMD_NODENAME", node_name);
   }
   return env;
 }
@@ -229,7 +317,7 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   }
 
   // A re-delivered attempt (e.g. after an agent restart) starts clean; the
-  // checkpoint is kept.
+  // checkpoint comes from the server (RestoreCheckpoint).
   std::error_code ec;
   fs::remove_all(paths_.work, ec);
   fs::remove_all(paths_.output, ec);
@@ -240,70 +328,77 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   }
   log_fd_ = ::open(paths_.log.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd_ < 0) return Status::Internal("open " + paths_.log + ": " + std::strerror(errno));
-  Status restored = RestoreCheckpoint();
-  if (!restored.ok()) {
-    spdlog::warn("job {}: checkpoint not restored: {}", job_.id, restored.ToString());
+  {
+    int fd = ::open(paths_.metrics.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                    0644);
+    if (fd < 0) return Status::Internal("create " + paths_.metrics + ": " + std::strerror(errno));
+    ::close(fd);
   }
 
+  auto client = api::Client::Create(deps_.server, deps_.node_token);
+  if (!client.ok()) return client.status();
+  // Without its checkpoint a resumed job would silently start over: not
+  // restoring it is a start failure.
+  TIDE_RETURN_IF_ERROR(RestoreCheckpoint(client->get()));
+
   if (!job_.spec.code.empty()) {
-    auto client = api::Client::Create(deps_.server, deps_.node_token);
-    if (!client.ok()) return client.status();
-    int64_t give_up = deps_.clock->MonotonicMs() + kCodeFetchPatienceMs;
-    int64_t backoff = deps_.min_backoff_ms;
-    for (;;) {
-      Result<std::string> archive = (*client)->GetCode(job_.id);
-      if (archive.ok()) {
-        Status st = UnpackArchive(*archive, paths_.work);
-        if (!st.ok()) return st.WithContext("unpack code archive");
-        break;
-      }
-      bool stop;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop = stop_ordered_;
-      }
-      if (IsRejection(archive.status()) || IsPermanent(archive.status()) || stop || abandoned_ ||
-          deps_.clock->MonotonicMs() >= give_up) {
-        return archive.status().WithContext("fetch code archive " + job_.spec.code);
-      }
-      SleepUnlessAbandoned(backoff);
-      backoff = std::min(backoff * 2, deps_.max_backoff_ms);
-    }
+    Result<std::string> archive = FetchPatiently([&] { return (*client)->GetCode(job_.id); });
+    if (!archive.ok()) return archive.status().WithContext("fetch code archive " + job_.spec.code);
+    Status st = UnpackArchive(*archive, paths_.work);
+    if (!st.ok()) return st.WithContext("unpack code archive");
   }
 
   spec->argv = job_.spec.command;
-  spec->env = BuildJobEnv(job_, gang_, paths_, deps_.node_gpus);
+  spec->env = BuildJobEnv(job_, gang_, paths_, deps_.node_gpus, deps_.node_name);
   spec->work_dir = paths_.work;
   spec->output_fd = -1;
   spec->tag = {"TIDE_JOB_ID=" + job_.id, "TIDE_ATTEMPT=" + std::to_string(job_.attempt)};
   return Status::Ok();
 }
 
-// A retry landing on this node again finds the checkpoint of the latest
-// earlier attempt that left one.
-Status JobRunner::RestoreCheckpoint() {
-  std::error_code ec;
-  if (!fs::is_empty(paths_.checkpoint, ec) || ec) return Status::Ok();
-  fs::path job_dir = fs::path(paths_.root).parent_path();
-  int best = 0;
-  for (const auto& entry : fs::directory_iterator(job_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos ||
-        name.size() > 9) {
-      continue;
+Result<std::string> JobRunner::FetchPatiently(const std::function<Result<std::string>()>& fetch) {
+  int64_t give_up = deps_.clock->MonotonicMs() + kCodeFetchPatienceMs;
+  int64_t backoff = deps_.min_backoff_ms;
+  for (;;) {
+    Result<std::string> got = fetch();
+    if (got.ok()) return got;
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop = stop_ordered_;
     }
-    int n = std::stoi(name);
-    fs::path cp = entry.path() / "checkpoint";
-    if (n < job_.attempt && n > best && fs::is_directory(cp, ec) && !fs::is_empty(cp, ec)) {
-      best = n;
+    if (IsRejection(got.status()) || IsPermanent(got.status()) || stop || abandoned_ ||
+        deps_.clock->MonotonicMs() >= give_up) {
+      return got.status();
     }
+    SleepUnlessAbandoned(backoff);
+    backoff = std::min(backoff * 2, deps_.max_backoff_ms);
   }
-  if (best == 0) return Status::Ok();
-  fs::path from = job_dir / std::to_string(best) / "checkpoint";
-  fs::copy(from, paths_.checkpoint, fs::copy_options::recursive | fs::copy_options::skip_symlinks,
-           ec);
-  if (ec) return Status::Internal("copy " + from.string() + ": " + ec.message());
-  spdlog::info("job {} attempt {}: restored checkpoint of attempt {}", job_.id, job_.attempt, best);
+}
+
+// Whatever an earlier attempt left here locally is not trusted: the job
+// resumes from what the server acknowledged, on whichever node it runs.
+Status JobRunner::RestoreCheckpoint(api::Client* client) {
+  std::error_code ec;
+  fs::remove_all(paths_.checkpoint, ec);
+  fs::create_directories(paths_.checkpoint, ec);
+  if (ec) return Status::Internal("create " + paths_.checkpoint + ": " + ec.message());
+  if (job_.checkpoint_attempt <= 0) return Status::Ok();
+  Result<std::string> archive =
+      FetchPatiently([&] { return client->GetCheckpoint(job_.id, job_.attempt); });
+  if (!archive.ok() && archive.status().code() == Code::kNotFound &&
+      archive.status().message().find("no checkpoint") != std::string::npos) {
+    return Status::Ok();  // another rank of a gang saved one, this one none
+  }
+  if (!archive.ok()) return archive.status().WithContext("fetch the checkpoint");
+  Status st = UnpackArchive(*archive, paths_.checkpoint);
+  if (!st.ok()) return st.WithContext("unpack the checkpoint");
+  checkpoint_sent_ = CheckpointFingerprint(paths_.checkpoint);
+  spdlog::info("job {} attempt {}: restored the checkpoint of attempt {} ({} bytes)", job_.id,
+               job_.attempt, job_.checkpoint_attempt, archive->size());
+  std::string line = "tide: restored the checkpoint of attempt " +
+                     std::to_string(job_.checkpoint_attempt) + "\n";
+  if (WriteAll(log_fd_, line.data(), line.size()).ok()) log_written_ += line.size();
   return Status::Ok();
 }
 
@@ -515,6 +610,35 @@ void JobRunner::ReporterMain() {
         return st;
       },
       kMaxLogPost);
+  // Metric lines go the same way as the log, complete lines only; a line
+  // the server refuses ends the metrics, not the job.
+  int metrics_fd = ::open(paths_.metrics.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  bool metrics_broken = false;
+  LogShipper metrics(
+      metrics_fd,
+      [&](int64_t offset, std::string_view data) {
+        if (metrics_broken) return Status::Ok();
+        Status st = client->PostMetrics(job_.id, job_.attempt, offset, data);
+        if (st.code() == Code::kConflict || IsPermanent(st)) {
+          spdlog::error("job {} attempt {}: the server refused metric lines at offset {} ({})",
+                        job_.id, job_.attempt, offset, st.message());
+          metrics_broken = true;
+          return Status::Ok();
+        }
+        return st;
+      },
+      kMaxLogPost);
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_metrics{metrics_fd};
+  const int64_t checkpoint_every = job_.spec.checkpoint_interval_s > 0
+                                       ? job_.spec.checkpoint_interval_s * 1000
+                                       : deps_.checkpoint_interval_ms;
+  int64_t next_checkpoint = deps_.clock->MonotonicMs() + checkpoint_every;
+
   // While the job runs: ship every interval (or sooner when much is
   // pending); on failure back off, and never block the job.
   int64_t backoff = deps_.min_backoff_ms;
@@ -530,7 +654,21 @@ void JobRunner::ReporterMain() {
     }
     if (abandoned_ || rejected_) return finish();
     if (ended) break;
-    if (deps_.clock->MonotonicMs() < next_try || log_written_ == shipper.sent()) continue;
+    if (deps_.clock->MonotonicMs() < next_try) continue;
+    if (deps_.clock->MonotonicMs() >= next_checkpoint) {
+      Call c = UploadCheckpoint(client, /*final=*/false);
+      if (c == Call::kRejected || c == Call::kAbandoned) return finish();
+      next_checkpoint = deps_.clock->MonotonicMs() + checkpoint_every;
+    }
+    int64_t metrics_end = CompleteLinesEnd(metrics_fd, metrics.sent());
+    if (metrics_end > metrics.sent()) {
+      Status st = metrics.Ship(metrics_end);
+      if (IsRejection(st)) {
+        MarkRejected("ship metrics", st);
+        return finish();
+      }
+    }
+    if (log_written_ == shipper.sent()) continue;
     Status st = shipper.Ship(log_written_);
     if (st.ok()) {
       backoff = deps_.min_backoff_ms;
@@ -553,6 +691,19 @@ void JobRunner::ReporterMain() {
     outcome = outcome_;
   }
   Call c = Retry("ship log", [&] { return shipper.Ship(log_written_); });
+  if (c == Call::kOk) {
+    c = Retry("ship metrics", [&] {
+      int64_t end;
+      while ((end = CompleteLinesEnd(metrics_fd, metrics.sent())) > metrics.sent()) {
+        TIDE_RETURN_IF_ERROR(metrics.Ship(end));
+      }
+      return Status::Ok();
+    });
+  }
+  // A job that completed needs no checkpoint; any other end may be
+  // followed by another attempt that resumes from it.
+  bool completed = outcome.reason.empty() && outcome.exit_code && *outcome.exit_code == 0;
+  if (c == Call::kOk && !completed) c = UploadCheckpoint(client, /*final=*/true);
   if (c == Call::kOk) c = UploadOutputs(client);
   if (c == Call::kOk) {
     // If an earlier try reached the server but its answer was lost, the
@@ -574,6 +725,47 @@ void JobRunner::ReporterMain() {
     }
   }
   finish();
+}
+
+JobRunner::Call JobRunner::UploadCheckpoint(api::Client* client, bool final) {
+  std::string before = CheckpointFingerprint(paths_.checkpoint);
+  if (before.empty() || before == checkpoint_sent_) return Call::kOk;
+  PackOptions options;
+  options.skip_other_files = true;
+  options.max_bytes = static_cast<int64_t>(api::kMaxUploadBody);
+  Result<std::string> archive = PackDirectory(paths_.checkpoint, options);
+  if (!archive.ok()) {
+    spdlog::warn("job {} attempt {}: checkpoint not uploaded: {}", job_.id, job_.attempt,
+                 archive.status().ToString());
+    return Call::kOk;
+  }
+  // Written to while it was packed: the archive may hold half a file.
+  // While the job runs, try again next time; at the end nothing writes.
+  if (!final && CheckpointFingerprint(paths_.checkpoint) != before) return Call::kOk;
+  const std::string digest = Sha256Hex(*archive);
+  Call c;
+  if (final) {
+    c = Retry("upload checkpoint",
+              [&] { return client->PutCheckpoint(job_.id, job_.attempt, *archive, digest); });
+  } else {
+    Status st = client->PutCheckpoint(job_.id, job_.attempt, *archive, digest);
+    if (IsRejection(st)) {
+      MarkRejected("upload checkpoint", st);
+      return Call::kRejected;
+    }
+    if (!st.ok()) {
+      spdlog::warn("job {} attempt {}: upload checkpoint: {} (next interval)", job_.id,
+                   job_.attempt, st.ToString());
+      return Call::kOk;
+    }
+    c = Call::kOk;
+  }
+  if (c == Call::kOk) {
+    checkpoint_sent_ = before;
+    spdlog::info("job {} attempt {}: checkpoint uploaded ({} bytes)", job_.id, job_.attempt,
+                 archive->size());
+  }
+  return c;
 }
 
 JobRunner::Call JobRunner::UploadOutputs(api::Client* client) {

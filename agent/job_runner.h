@@ -7,9 +7,13 @@
 //             local log file, enforces max_runtime and stop orders (notice
 //             file, SIGTERM, grace, kill of the whole tree). No network once
 //             the process runs.
-//   reporter  talks to the server: "running", the log (LogShipper, every
-//             200 ms or 256 KiB), then the outputs and "exited", each retried
-//             with backoff (up to 2 s apart) until acknowledged.
+//   reporter  talks to the server: "running", the log and the metric lines
+//             (LogShipper, every 200 ms or 256 KiB), the checkpoint every
+//             checkpoint interval when it changed; once the process is gone
+//             the rest of the log, the final checkpoint, the outputs and
+//             "exited", each retried with backoff (up to 2 s apart) until
+//             acknowledged. So the checkpoint a stop order gave the job the
+//             chance to write is on the server before the attempt ends.
 // A 404 or 409 for the job means the server no longer wants it: the runner
 // stops retrying and kills the job at once.
 //
@@ -40,6 +44,7 @@ struct JobPaths {
   std::string output;      // TIDE_OUTPUT_DIR: uploaded when the job ends
   std::string checkpoint;  // TIDE_CHECKPOINT_DIR
   std::string notice;      // TIDE_NOTICE_FILE: written before SIGTERM
+  std::string metrics;     // TIDE_METRICS_FILE: JSON lines the job appends
   std::string log;         // stdout+stderr, as shipped
 };
 JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int attempt);
@@ -47,13 +52,18 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
 // The job's environment: spec.env, then the agent's variables (which win):
 // CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NVIDIA_VISIBLE_DEVICES,
 // TIDE_GPU_UUIDS, TIDE_JOB_ID, TIDE_ATTEMPT, TIDE_OUTPUT_DIR,
-// TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE, and where this node is in the job:
-// TIDE_NODE_RANK, TIDE_NNODES, TIDE_GPUS_PER_NODE, and for a gang
-// WORLD_SIZE (all GPUs of the job), MASTER_ADDR and MASTER_PORT (rank 0's
-// rendezvous), so `torchrun` needs no other setup.
+// TIDE_CHECKPOINT_DIR, TIDE_NOTICE_FILE, TIDE_METRICS_FILE, TIDE_RESUMED=1
+// on attempts after the first (with TIDE_RESTART_REASON, why the previous
+// one ended), a batch trial's TIDE_BATCH, TIDE_TRIAL and TIDE_PARAM_<NAME>,
+// and where this node is in the job: TIDE_NODE_RANK, TIDE_NNODES,
+// TIDE_GPUS_PER_NODE, and for a gang WORLD_SIZE (all GPUs of the job),
+// MASTER_ADDR and MASTER_PORT (rank 0's rendezvous), so `torchrun` needs no
+// other setup. With spec.slurm also the SLURM_* variables of a batch
+// script (docs/slurm.md).
 std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::Gang& gang,
                                                const JobPaths& paths,
-                                               const std::vector<api::Gpu>& node_gpus);
+                                               const std::vector<api::Gpu>& node_gpus,
+                                               const std::string& node_name = "");
 
 struct RunnerDeps {
   std::string server;
@@ -66,6 +76,10 @@ struct RunnerDeps {
   int64_t min_backoff_ms = 100;
   int64_t max_backoff_ms = 2'000;
   int64_t ship_interval_ms = 200;
+  // How often a changed TIDE_CHECKPOINT_DIR is uploaded while the job runs
+  // (the job's checkpoint_interval wins).
+  int64_t checkpoint_interval_ms = 300'000;
+  std::string node_name;  // SLURMD_NODENAME
 };
 
 class JobRunner {
@@ -108,7 +122,11 @@ class JobRunner {
   // Sets up the attempt directory and the launch spec. An error is for the
   // user (reported as start_failed).
   Status Prepare(LaunchSpec* spec);
-  Status RestoreCheckpoint();
+  // Fills checkpoint/ with the newest checkpoint the server acknowledged.
+  Status RestoreCheckpoint(api::Client* client);
+  // Calls `fetch` until it succeeds, is refused, a stop is ordered or a
+  // minute passes (a server restart).
+  Result<std::string> FetchPatiently(const std::function<Result<std::string>()>& fetch);
   void RunProcess(Process* process);
   void BeginStop(Process* process, const std::string& reason, int64_t grace_s);
   // Calls `fn` until it succeeds, backing off on transient errors. A 404 or
@@ -117,6 +135,9 @@ class JobRunner {
   Call Retry(const std::string& what, const std::function<Status()>& fn);
   void MarkRejected(const std::string& what, const Status& st);
   Call UploadOutputs(api::Client* client);
+  // Uploads checkpoint/ if it changed since the last upload (and held
+  // still while it was packed). `final`: retried until acknowledged.
+  Call UploadCheckpoint(api::Client* client, bool final);
   void SleepUnlessAbandoned(int64_t ms);
 
   api::Job job_;
@@ -140,6 +161,7 @@ class JobRunner {
   bool ship_now_ = false;
 
   int log_fd_ = -1;
+  std::string checkpoint_sent_;  // fingerprint of what the server holds (reporter)
   std::atomic<int64_t> log_written_{0};
   std::atomic<bool> abandoned_{false};
   std::atomic<bool> rejected_{false};

@@ -27,6 +27,21 @@ Result<json> Client::Call(const std::string& method, const std::string& target,
   return j;
 }
 
+Result<json> Client::CallWithHeaders(const std::string& method, const std::string& target,
+                                     const json& body,
+                                     const std::map<std::string, std::string>& headers,
+                                     int timeout_ms) {
+  auto h = Headers("application/json");
+  for (const auto& [k, v] : headers) h[k] = v;
+  auto res = http_->Do(method, target, body.dump(), h, timeout_ms);
+  if (!res.ok()) return res.status();
+  if (res->status / 100 != 2) return StatusFromErrorJson(res->status, res->body);
+  if (res->body.empty()) return json::object();
+  json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded()) return Status::Internal("server sent malformed JSON for " + target);
+  return j;
+}
+
 Result<std::string> Client::CallRaw(const std::string& method, const std::string& target,
                                     std::string_view body, const std::string& content_type,
                                     int timeout_ms) {
@@ -199,6 +214,35 @@ Status Client::PutOutput(const std::string& job_id, int attempt, const std::stri
 
 Result<std::string> Client::GetCode(const std::string& job_id) {
   return CallRaw("GET", "/v1/agent/jobs/" + UrlEncode(job_id) + "/code", "", "", 600'000);
+}
+
+Status Client::PostMetrics(const std::string& job_id, int attempt, int64_t offset,
+                           std::string_view data) {
+  auto r = CallRaw("POST",
+                   "/v1/agent/jobs/" + UrlEncode(job_id) + "/metrics?attempt=" +
+                       std::to_string(attempt) + "&offset=" + std::to_string(offset),
+                   data, "application/x-ndjson", 30'000);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Status Client::PutCheckpoint(const std::string& job_id, int attempt, std::string_view archive,
+                             const std::string& sha256) {
+  auto h = Headers("application/gzip");
+  h["X-Tide-Sha256"] = sha256;
+  auto res = http_->Do("PUT",
+                       "/v1/agent/jobs/" + UrlEncode(job_id) +
+                           "/checkpoint?attempt=" + std::to_string(attempt),
+                       archive, h, 600'000);
+  if (!res.ok()) return res.status();
+  if (res->status / 100 != 2) return StatusFromErrorJson(res->status, res->body);
+  return Status::Ok();
+}
+
+Result<std::string> Client::GetCheckpoint(const std::string& job_id, int attempt) {
+  return CallRaw("GET",
+                 "/v1/agent/jobs/" + UrlEncode(job_id) + "/checkpoint?attempt=" +
+                     std::to_string(attempt),
+                 "", "", 600'000);
 }
 
 }  // namespace tide::api

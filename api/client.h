@@ -47,6 +47,10 @@ class Client {
   // Raw JSON request; 2xx answers are parsed, others become their Status.
   Result<json> Call(const std::string& method, const std::string& target,
                     const std::optional<json>& body = std::nullopt, int timeout_ms = 30'000);
+  // The same with extra request headers (Idempotency-Key, ...).
+  Result<json> CallWithHeaders(const std::string& method, const std::string& target,
+                               const json& body, const std::map<std::string, std::string>& headers,
+                               int timeout_ms = 30'000);
   // Same with a raw body (uploads) and a raw answer (downloads).
   Result<std::string> CallRaw(const std::string& method, const std::string& target,
                               std::string_view body, const std::string& content_type,
@@ -87,6 +91,14 @@ class Client {
   Status PutOutput(const std::string& job_id, int attempt, const std::string& path,
                    std::string_view data);
   Result<std::string> GetCode(const std::string& job_id);
+  // Metric lines (JSON, one per line) by offset, like PostLogs.
+  Status PostMetrics(const std::string& job_id, int attempt, int64_t offset,
+                     std::string_view data);
+  // Replaces this rank's checkpoint; `sha256` (hex) proves it arrived whole.
+  Status PutCheckpoint(const std::string& job_id, int attempt, std::string_view archive,
+                       const std::string& sha256);
+  // The newest checkpoint of this node's rank; NotFound if none.
+  Result<std::string> GetCheckpoint(const std::string& job_id, int attempt);
 
   void set_token(std::string token) { token_ = std::move(token); }
   const std::string& server() const { return server_; }

@@ -104,25 +104,26 @@ Result<json> LoadSpecFile(const std::string& path) {
     return Status::InvalidArgument(path + ": a job spec must be a mapping of fields");
   }
   auto spec = JobSpecFromJson(doc->value);
-  if (!spec.ok()) {
-    const Status& st = spec.status();
-    std::string where = path;
-    // The field may be nested deeper than what has a line ("command[0]").
-    std::string field = st.field();
-    while (!field.empty()) {
-      auto it = doc->lines.find(field);
-      if (it != doc->lines.end()) {
-        where += ":" + std::to_string(it->second);
-        break;
-      }
-      size_t cut = field.find_last_of(".[");
-      field = cut == std::string::npos ? "" : field.substr(0, cut);
-    }
-    return Status::InvalidArgument(where + ": " + (st.field().empty() ? "" : st.field() + ": ") +
-                                       st.message(),
-                                   st.field());
-  }
+  if (!spec.ok()) return AtLine(*doc, path, spec.status());
   return doc->value;
+}
+
+Status AtLine(const SpecDocument& doc, const std::string& filename, const Status& st) {
+  std::string where = filename;
+  // The field may be nested deeper than what has a line ("command[0]").
+  std::string field = st.field();
+  while (!field.empty()) {
+    auto it = doc.lines.find(field);
+    if (it != doc.lines.end()) {
+      where += ":" + std::to_string(it->second);
+      break;
+    }
+    size_t cut = field.find_last_of(".[");
+    field = cut == std::string::npos ? "" : field.substr(0, cut);
+  }
+  return Status::InvalidArgument(where + ": " + (st.field().empty() ? "" : st.field() + ": ") +
+                                     st.message(),
+                                 st.field());
 }
 
 }  // namespace tide::api

@@ -23,4 +23,9 @@ Result<SpecDocument> ParseYamlDocument(const std::string& text, const std::strin
 // Reads and validates a spec file. The returned JSON is ready for POST /v1/jobs.
 Result<json> LoadSpecFile(const std::string& path);
 
+// `st` (an error about the field st.field() of `doc`) as
+// "FILE:LINE: FIELD: MESSAGE", with the line of the field or of the nearest
+// enclosing one.
+Status AtLine(const SpecDocument& doc, const std::string& filename, const Status& st);
+
 }  // namespace tide::api

@@ -282,6 +282,46 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     if (*v <= 0 || *v > 1e12) r.Fail("max_cost", "must be a positive number of credits");
     else spec.max_cost = static_cast<int64_t>(std::llround(*v * 1e6));
   }
+  if (auto v = r.Int("retry_times")) {
+    if (*v < 0 || *v > kMaxRetryTimes) r.Fail("retry_times", "must be between 0 and 100");
+    else spec.retry_times = static_cast<int>(*v);
+  }
+  if (auto d = ReadDuration(r, "checkpoint_interval")) {
+    if (*d < 10) r.Fail("checkpoint_interval", "must be at least 10s");
+    else if (*d > kMaxRuntimeSeconds) r.Fail("checkpoint_interval", "must be at most 365d");
+    else spec.checkpoint_interval_s = *d;
+  }
+  if (auto v = r.Bool("slurm")) spec.slurm = *v;
+  if (const json* deps = r.Raw("depends_on")) {
+    if (!deps->is_array()) {
+      r.Fail("depends_on", "must be a list of {\"job\": ID, \"condition\": \"afterok\"}");
+    } else if (deps->size() > kMaxDependencies) {
+      r.Fail("depends_on", "at most " + std::to_string(kMaxDependencies) + " dependencies");
+    } else {
+      for (size_t i = 0; i < deps->size(); ++i) {
+        const std::string at = "depends_on[" + std::to_string(i) + "]";
+        if (!(*deps)[i].is_object()) {
+          r.Fail(at, "must be an object {\"job\": ID, \"condition\": \"afterok\"}");
+          continue;
+        }
+        JsonReader dr((*deps)[i], at);
+        JobSpec::Dependency dep;
+        dep.condition = "afterok";
+        if (auto c = dr.String("condition")) {
+          if (*c != "afterok" && *c != "afterany" && *c != "afternotok") {
+            dr.Fail("condition", "must be afterok, afterany or afternotok");
+          }
+          dep.condition = *c;
+        }
+        if (auto id = dr.String("job", /*required=*/true)) {
+          if (id->empty() || id->size() > kMaxNameLength) dr.Fail("job", "must be a job id");
+          dep.job = *id;
+        }
+        TIDE_RETURN_IF_ERROR(dr.Finish());
+        spec.depends_on.push_back(std::move(dep));
+      }
+    }
+  }
   TIDE_RETURN_IF_ERROR(r.Finish());
   return spec;
 }
@@ -326,6 +366,14 @@ json ToJson(const JobSpec& s) {
   if (!s.constraints.empty()) j["constraints"] = s.constraints;
   if (s.max_price > 0) j["max_price"] = static_cast<double>(s.max_price) / 1e6;
   if (s.max_cost > 0) j["max_cost"] = static_cast<double>(s.max_cost) / 1e6;
+  if (s.retry_times > 0) j["retry_times"] = s.retry_times;
+  if (s.checkpoint_interval_s > 0) j["checkpoint_interval"] = s.checkpoint_interval_s;
+  if (s.slurm) j["slurm"] = true;
+  if (!s.depends_on.empty()) {
+    json deps = json::array();
+    for (const auto& d : s.depends_on) deps.push_back({{"job", d.job}, {"condition", d.condition}});
+    j["depends_on"] = deps;
+  }
   return j;
 }
 
@@ -433,10 +481,21 @@ json ToJson(const Job& job) {
   j["cancel_reason"] = job.cancel_reason;
   j["preempt_requested"] = job.preempt_requested;
   if (!job.gang_failure.empty()) j["gang_failure"] = job.gang_failure;
-  if (!job.gang_requeue.empty()) j["gang_requeue"] = job.gang_requeue;
+  if (!job.requeue_reason.empty()) j["requeue_reason"] = job.requeue_reason;
   json attempts = json::array();
   for (auto& a : job.attempts) attempts.push_back(ToJson(a));
   j["attempts"] = attempts;
+  j["retries"] = job.retries;
+  if (!job.batch.empty()) {
+    j["batch"] = job.batch;
+    j["trial"] = job.trial;
+    j["params"] = job.params;
+  }
+  if (job.checkpoint_attempt > 0) {
+    j["checkpoint"] = {{"attempt", job.checkpoint_attempt},
+                       {"bytes", job.checkpoint_bytes},
+                       {"at", job.checkpoint_at}};
+  }
   return j;
 }
 
@@ -446,7 +505,8 @@ Result<Job> JobFromJsonImpl(const json& j) {
   Job job;
   json spec = json::object();
   for (const char* k : {"name", "image", "command", "env", "resources", "max_runtime", "grace",
-                        "code", "tags", "tier", "priority", "constraints", "max_price", "max_cost"}) {
+                        "code", "tags", "tier", "priority", "constraints", "max_price", "max_cost",
+                        "retry_times", "checkpoint_interval", "slurm", "depends_on"}) {
     if (j.contains(k)) spec[k] = j[k];
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
@@ -473,7 +533,21 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.cancel_reason = j.value("cancel_reason", "");
   job.preempt_requested = j.value("preempt_requested", false);
   job.gang_failure = j.value("gang_failure", "");
-  job.gang_requeue = j.value("gang_requeue", "");
+  job.requeue_reason = j.value("requeue_reason", j.value("gang_requeue", ""));
+  job.retries = j.value("retries", 0);
+  job.batch = j.value("batch", "");
+  job.trial = j.value("trial", "");
+  if (j.contains("params") && j["params"].is_object()) {
+    for (auto& [k, v] : j["params"].items()) {
+      if (v.is_string()) job.params[k] = v.get<std::string>();
+    }
+  }
+  if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
+    const json& c = j["checkpoint"];
+    job.checkpoint_attempt = c.value("attempt", 0);
+    job.checkpoint_bytes = c.value("bytes", int64_t{0});
+    job.checkpoint_at = c.value("at", int64_t{0});
+  }
   if (j.contains("attempts") && j["attempts"].is_array()) {
     for (auto& a : j["attempts"]) {
       auto at = AttemptFromJson(a);

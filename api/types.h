@@ -24,6 +24,7 @@ using nlohmann::json;
 inline constexpr size_t kMaxRequestBody = 1 << 20;            // JSON bodies: 1 MiB
 inline constexpr size_t kMaxUploadBody = 256 << 20;           // code archives, outputs: 256 MiB
 inline constexpr size_t kMaxLogChunk = 4 << 20;               // one agent log chunk: 4 MiB
+inline constexpr size_t kMaxBatchBody = 16 << 20;             // one batch file: 16 MiB
 inline constexpr int kMaxGpuCount = 64;
 inline constexpr int kMaxNodes = 64;  // nodes of one gang job
 inline constexpr size_t kMaxNameLength = 128;
@@ -72,8 +73,25 @@ struct JobSpec {
   // Hard cap on what the job may cost in all (micro-credits); 0 = none:
   // then price x GPUs x max_runtime, or the account's default cap.
   int64_t max_cost = 0;
+  // Failures of the job itself (a non-zero exit or a signal) that are run
+  // again as a new attempt; preemptions and lost nodes never count.
+  int retry_times = 0;
+  // How often the agent uploads TIDE_CHECKPOINT_DIR while the job runs;
+  // 0 = the agent's default. It is also uploaded after every notice.
+  int64_t checkpoint_interval_s = 0;
+  // Sets the SLURM_* variables a Slurm batch script expects (tide sbatch).
+  bool slurm = false;
+  // Jobs that must end first: the job waits until the condition holds, and
+  // is cancelled (reason dependency_never_satisfied) once it cannot.
+  struct Dependency {
+    std::string condition;  // afterok, afterany, afternotok
+    std::string job;
+  };
+  std::vector<Dependency> depends_on;
 };
 inline constexpr int kMaxPriority = 1000;
+inline constexpr int kMaxRetryTimes = 100;
+inline constexpr size_t kMaxDependencies = 64;
 
 // Strict parse of a client's spec (JSON body of POST /v1/jobs).
 Result<JobSpec> JobSpecFromJson(const json& j);
@@ -135,11 +153,24 @@ struct Job {
   // A rank of a gang failed: the other ranks get the notice (reason
   // "gang_failed") and the job ends failed with this reason.
   std::string gang_failure;
-  // A node of a gang was lost (or its agent stopped): the other ranks get
-  // the notice with this reason, and the job returns to the queue once
-  // every rank has stopped.
-  std::string gang_requeue;
+  // The attempt must end but the job must run again: a node of a gang was
+  // lost or its agent stopped (the other ranks get the notice with this
+  // reason), or the node is drained with eviction (node_draining). The job
+  // returns to the queue once every rank has stopped.
+  std::string requeue_reason;
   std::vector<Attempt> attempts;  // finished attempts and the current one
+  // Failed attempts run again under spec.retry_times.
+  int retries = 0;
+  // A trial of a batch: the batch's id, the trial's id within it and the
+  // parameters substituted into the batch's template.
+  std::string batch;
+  std::string trial;
+  std::map<std::string, std::string> params;
+  // The newest checkpoint the server holds (0 = none): of which attempt,
+  // its size, and when it was acknowledged.
+  int checkpoint_attempt = 0;
+  int64_t checkpoint_bytes = 0;
+  int64_t checkpoint_at = 0;
 };
 json ToJson(const Job& job);
 // Reads back what ToJson wrote (store records, client responses).

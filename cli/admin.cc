@@ -13,7 +13,8 @@
 //   tide admin user weight NAME W   fair-share weight (default 1)
 //   tide admin user cap NAME --daily CREDITS|none
 //                              what NAME's jobs may spend per UTC day
-//   tide admin node drain NODE    the node takes no new jobs (running ones go on)
+//   tide admin node drain NODE [--evict]  the node takes no new jobs (with --evict its
+//                                 running jobs are stopped and resume elsewhere)
 //   tide admin node undrain NODE  it takes new jobs again
 //
 // Secrets go alone on stdout (so `TOKEN=$(tide admin user add ada)` works);
@@ -71,15 +72,19 @@ int RunJoinToken(OutputFormat format, const std::string& provider) {
   return kExitOk;
 }
 
-int RunDrain(const std::string& node, bool drain) {
+int RunDrain(const std::string& node, bool drain, bool evict) {
   auto client = NewClient(/*admin=*/true);
   if (!client.ok()) return PrintError(client.status());
-  auto answer = (*client)->Call("POST", "/v1/admin/nodes/" + node + (drain ? "/drain" : "/undrain"));
+  auto answer = (*client)->Call("POST", "/v1/admin/nodes/" + node +
+                                            (drain ? (evict ? "/drain?evict=true" : "/drain")
+                                                   : "/undrain"));
   if (!answer.ok()) return PrintAdminError(answer.status());
   std::cout << "Node " << JsonString(*answer, "name") << " ("
             << JsonString(*answer, "id") << ") "
-            << (drain ? "is draining: it keeps its running jobs and takes no new ones.\n"
-                      : "takes new jobs again.\n");
+            << (!drain ? "takes new jobs again.\n"
+                : evict ? "is draining: its jobs got the notice (node_draining) and will "
+                          "resume elsewhere.\n"
+                        : "is draining: it keeps its running jobs and takes no new ones.\n");
   return kExitOk;
 }
 
@@ -288,7 +293,12 @@ void AddAdminCommands(CLI::App& app) {
                                        drain ? "Stop placing new jobs on a node (running ones go on)"
                                              : "Let a drained node take new jobs again");
     c->add_option("node", *name, "Node name or id")->required();
-    SetAction(c, [name, drain] { return RunDrain(*name, drain); });
+    auto evict = std::make_shared<bool>(false);
+    if (drain) {
+      c->add_flag("--evict", *evict,
+                  "Also stop its running jobs (notice node_draining): they resume elsewhere");
+    }
+    SetAction(c, [name, drain, evict] { return RunDrain(*name, drain, *evict); });
   }
 }
 

@@ -53,6 +53,9 @@ void AddUserCommands(CLI::App& app) {
   AddQueueCommand(app);
   AddAdminCommands(app);
   AddMoneyCommands(app);
+  AddMetricsCommand(app);
+  AddBatchCommands(app);
+
 }
 
 std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,
@@ -124,15 +127,29 @@ Result<std::unique_ptr<api::Client>> NewClient(bool admin) {
 
 // ---------------------------------------------------------------- output
 
-void AddOutputFlag(CLI::App* cmd, OutputFormat* format) {
+void AddOutputFlag(CLI::App* cmd, OutputFormat* format, bool csv) {
+  std::vector<std::string> names = {"table", "json"};
+  if (csv) names.push_back("csv");
   cmd->add_option_function<std::string>(
          "-o,--output",
          [format](const std::string& text) {
-           *format = text == "json" ? OutputFormat::kJson : OutputFormat::kTable;
+           *format = text == "json"  ? OutputFormat::kJson
+                     : text == "csv" ? OutputFormat::kCsv
+                                     : OutputFormat::kTable;
          },
          "Output format (default: table)")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->option_text("json|table");
+      ->check(CLI::IsMember(names))
+      ->option_text(csv ? "json|table|csv" : "json|table");
+}
+
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
 }
 
 void PrintJson(const json& value) {

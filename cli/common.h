@@ -55,6 +55,9 @@ void AddNodesCommand(CLI::App& app);
 void AddQueueCommand(CLI::App& app);
 void AddAdminCommands(CLI::App& app);
 void AddMoneyCommands(CLI::App& app);
+void AddMetricsCommand(CLI::App& app);
+void AddBatchCommands(CLI::App& app);
+void AddSbatchCommand(CLI::App& app);
 
 // A JSON amount of credits (a number) as text with up to six decimals; "-"
 // if absent.
@@ -96,10 +99,13 @@ Result<std::unique_ptr<api::Client>> NewClient(bool admin = false);
 // --- output ---
 
 // Plain enum class: CLI11 maps the flag's text to it through an int.
-enum class OutputFormat { kTable, kJson };
+enum class OutputFormat { kTable, kJson, kCsv };
 
-// Adds "-o,--output json|table" (default table).
-void AddOutputFlag(CLI::App* cmd, OutputFormat* format);
+// Adds "-o,--output json|table" (default table), with `csv` "json|table|csv".
+void AddOutputFlag(CLI::App* cmd, OutputFormat* format, bool csv = false);
+
+// One CSV field (RFC 4180): quoted when it holds a comma, quote or newline.
+std::string CsvField(const std::string& text);
 
 // Pretty JSON on stdout, with a newline.
 void PrintJson(const json& value);

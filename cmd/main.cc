@@ -108,6 +108,9 @@ void AddAgentCommand(CLI::App& app) {
       ->check([](const std::string& v) { return api::CheckAddress(v); });
   AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
                 "Time between heartbeats, e.g. 2s or 500ms");
+  AddDurationMs(cmd, "--checkpoint-interval", &opts->checkpoint_interval_ms,
+                "How often a running job's changed TIDE_CHECKPOINT_DIR is uploaded, e.g. 5m "
+                "(a job's checkpoint_interval wins)");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember(kLogLevels));
@@ -148,7 +151,9 @@ int main(int argc, char** argv) {
   cmd::AddDevCommand(app);
   cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
-  cmd::Group(app, {"submit", "ls", "status", "logs", "cancel", "wait", "outputs"}, "Jobs");
+  cmd::Group(app, {"submit", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
+                   "outputs"},
+             "Jobs");
   cmd::Group(app, {"queue", "nodes", "admin", "sim"}, "Cluster");
   cmd::Group(app, {"dev", "server", "agent"}, "Processes");
   cmd::Group(app, {"version"}, "Other");

@@ -2,7 +2,12 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -94,7 +99,35 @@ Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit 
 
 }  // namespace
 
-Result<std::string> PackDirectory(const std::string& dir) {
+namespace {
+// The whole content of the regular file `path`, which must not be a link.
+Result<std::string> ReadNoFollow(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(path + " is not a regular file");
+  }
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return Status::Internal("read " + path + ": " + std::strerror(e));
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+}  // namespace
+
+Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::InvalidArgument(dir + " is not a directory");
   std::string out;
@@ -122,6 +155,7 @@ Result<std::string> PackDirectory(const std::string& dir) {
                                                                             archive_entry_free);
     archive_entry_set_pathname(e.get(), rel.c_str());
     if (fs::is_symlink(st)) {
+      if (options.skip_other_files) continue;
       return Status::InvalidArgument("code directory contains a symlink: " + rel);
     } else if (fs::is_directory(st)) {
       archive_entry_set_filetype(e.get(), AE_IFDIR);
@@ -130,8 +164,11 @@ Result<std::string> PackDirectory(const std::string& dir) {
         return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
     } else if (fs::is_regular_file(st)) {
-      auto content = ReadFile(p.string());
-      if (!content.ok()) return content.status();
+      auto content = ReadNoFollow(p.string());
+      if (!content.ok()) {
+        if (options.skip_other_files) continue;  // replaced by a link since the walk
+        return content.status();
+      }
       archive_entry_set_filetype(e.get(), AE_IFREG);
       bool exec = (static_cast<unsigned>(st.permissions()) & 0100) != 0;
       archive_entry_set_perm(e.get(), exec ? 0755 : 0644);
@@ -142,11 +179,20 @@ Result<std::string> PackDirectory(const std::string& dir) {
         return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
     } else {
+      if (options.skip_other_files) continue;
       return Status::InvalidArgument("code directory contains a special file: " + rel);
+    }
+    if (static_cast<int64_t>(out.size()) > options.max_bytes) {
+      return Status::TooLarge(dir + " packs to more than " + std::to_string(options.max_bytes >> 20) +
+                              " MiB");
     }
   }
   if (archive_write_close(w.get()) != ARCHIVE_OK) {
     return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
+  }
+  if (static_cast<int64_t>(out.size()) > options.max_bytes) {
+    return Status::TooLarge(dir + " packs to more than " + std::to_string(options.max_bytes >> 20) +
+                            " MiB");
   }
   return out;
 }

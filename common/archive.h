@@ -18,9 +18,19 @@ struct ArchiveLimits {
   int64_t max_entries = 200'000;
 };
 
+struct PackOptions {
+  // Leave out symlinks and special files instead of refusing them (what a
+  // job left in its checkpoint directory).
+  bool skip_other_files = false;
+  // Refuse to build an archive larger than this.
+  int64_t max_bytes = INT64_MAX;
+};
+
 // Packs the regular files and directories under `dir` (recursively) into a
-// gzip-compressed tar held in memory. Symlinks in the source are refused.
-Result<std::string> PackDirectory(const std::string& dir);
+// gzip-compressed tar held in memory. Symlinks and special files in the
+// source are refused (or left out, see PackOptions); files are opened
+// without following links.
+Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options = {});
 
 // Checks every entry of `archive` without writing anything. The error names
 // the first bad entry.

@@ -19,36 +19,42 @@ BlobStore::BlobStore(std::string dir) : dir_(std::move(dir)) {}
 
 Status BlobStore::Init() {
   std::error_code ec;
-  for (const char* sub : {"logs", "outputs", "code"}) {
+  for (const char* sub : {"logs", "metrics", "outputs", "code", "checkpoints"}) {
     fs::create_directories(fs::path(dir_) / sub, ec);
     if (ec) return Status::Internal("create " + dir_ + "/" + sub + ": " + ec.message());
   }
   return Status::Ok();
 }
 
-std::string BlobStore::LogPath(const std::string& job, int attempt, int rank) const {
+std::string BlobStore::LogPath(const std::string& job, int attempt, int rank,
+                               Stream stream) const {
   std::string name = std::to_string(attempt);
   if (rank > 0) name += ".rank" + std::to_string(rank);
+  if (stream == Stream::kMetrics) return dir_ + "/metrics/" + job + "/" + name + ".jsonl";
   return dir_ + "/logs/" + job + "/" + name + ".log";
 }
 
-int64_t BlobStore::LogSize(const std::string& job, int attempt, int rank) {
+std::string BlobStore::CheckpointPath(const std::string& job, int rank) const {
+  return dir_ + "/checkpoints/" + job + "/rank" + std::to_string(rank) + ".tar.gz";
+}
+
+int64_t BlobStore::LogSize(const std::string& job, int attempt, int rank, Stream stream) {
   struct stat st;
-  if (::stat(LogPath(job, attempt, rank).c_str(), &st) != 0) return 0;
+  if (::stat(LogPath(job, attempt, rank, stream).c_str(), &st) != 0) return 0;
   return st.st_size;
 }
 
 Status BlobStore::AppendLog(const std::string& job, int attempt, int rank, int64_t offset,
-                            std::string_view data) {
+                            std::string_view data, Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t size = LogSize(job, attempt, rank);
+  int64_t size = LogSize(job, attempt, rank, stream);
   if (offset + static_cast<int64_t>(data.size()) <= size) return Status::Ok();  // a retry
   if (offset > size || offset < 0) {
     return Status::Conflict("log offset " + std::to_string(offset) + " but " +
                             std::to_string(size) + " bytes stored");
   }
   data.remove_prefix(static_cast<size_t>(size - offset));  // overlap with what we have
-  std::string path = LogPath(job, attempt, rank);
+  std::string path = LogPath(job, attempt, rank, stream);
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -68,8 +74,8 @@ Status BlobStore::AppendLog(const std::string& job, int attempt, int rank, int64
 }
 
 Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int rank,
-                                       int64_t offset, int64_t max) {
-  std::string path = LogPath(job, attempt, rank);
+                                       int64_t offset, int64_t max, Stream stream) {
+  std::string path = LogPath(job, attempt, rank, stream);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::string();
   std::string out;
@@ -85,6 +91,19 @@ Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int 
   }
   ::close(fd);
   return out;
+}
+
+Status BlobStore::PutCheckpoint(const std::string& job, int rank, std::string_view archive) {
+  return WriteFileAtomic(CheckpointPath(job, rank), archive);
+}
+
+Result<std::string> BlobStore::GetCheckpoint(const std::string& job, int rank) {
+  std::string path = CheckpointPath(job, rank);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    return Status::NotFound("job " + job + " has no checkpoint for rank " + std::to_string(rank));
+  }
+  return ReadFile(path);
 }
 
 Status BlobStore::PutOutput(const std::string& job, const std::string& rel_path,

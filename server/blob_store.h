@@ -3,6 +3,9 @@
 //
 //   DIR/logs/<job>/<attempt>.log       appended by the agent, byte offsets
 //   DIR/logs/<job>/<attempt>.rank<r>.log  the same for rank r > 0 of a gang
+//   DIR/metrics/<job>/<attempt>[.rank<r>].jsonl  the job's metric lines, the same way
+//   DIR/checkpoints/<job>/rank<r>.tar.gz  the newest acknowledged checkpoint of
+//                                      each rank, replaced atomically
 //   DIR/outputs/<job>/<path>           written atomically per file
 //   DIR/code/<owner>/<sha256>.tar.gz   uploaded archives, content-addressed
 //
@@ -18,6 +21,9 @@
 #include "common/status.h"
 
 namespace tide::server {
+
+// Append-only streams of an attempt, kept by byte offset.
+enum class Stream : uint8_t { kLog, kMetrics };
 
 struct BlobFile {
   std::string path;  // relative
@@ -35,11 +41,17 @@ class BlobStore {
   // current size) succeeds without writing; a gap is a kConflict naming the
   // size. Rank 0 is the log of a single-node job.
   Status AppendLog(const std::string& job, int attempt, int rank, int64_t offset,
-                   std::string_view data);
-  int64_t LogSize(const std::string& job, int attempt, int rank = 0);
+                   std::string_view data, Stream stream = Stream::kLog);
+  int64_t LogSize(const std::string& job, int attempt, int rank = 0, Stream stream = Stream::kLog);
   // Up to `max` bytes from `offset`.
   Result<std::string> ReadLog(const std::string& job, int attempt, int rank, int64_t offset,
-                              int64_t max = 64 << 20);
+                              int64_t max = 64 << 20, Stream stream = Stream::kLog);
+
+  // Replaces the checkpoint of (job, rank) with `archive` atomically: a
+  // reader sees the old one or the new one, never part of one.
+  Status PutCheckpoint(const std::string& job, int rank, std::string_view archive);
+  // NotFound if the rank has none.
+  Result<std::string> GetCheckpoint(const std::string& job, int rank);
 
   Status PutOutput(const std::string& job, const std::string& rel_path, std::string_view data);
   Result<std::vector<BlobFile>> ListOutputs(const std::string& job);
@@ -51,7 +63,8 @@ class BlobStore {
   Result<std::string> GetCode(const std::string& owner, const std::string& id);
 
  private:
-  std::string LogPath(const std::string& job, int attempt, int rank) const;
+  std::string LogPath(const std::string& job, int attempt, int rank, Stream stream) const;
+  std::string CheckpointPath(const std::string& job, int rank) const;
 
   std::string dir_;
   std::mutex mu_;  // serialises log appends

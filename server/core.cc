@@ -69,6 +69,12 @@ std::string DeliveryKey(const std::string& job_id, int attempt, const std::strin
   return job_id + "#" + std::to_string(attempt) + "@" + node_id;
 }
 
+// A failure of the job itself, which its retry policy may run again: not a
+// stop the server or the user asked for, nor one the node caused.
+bool IsOwnFailure(const std::string& reason) {
+  return reason.rfind("exit_code:", 0) == 0 || reason.rfind("signal:", 0) == 0 || reason == "oom";
+}
+
 uint32_t Fnv(const std::string& s) {
   uint32_t h = 2166136261u;
   for (unsigned char c : s) h = (h ^ c) * 16777619u;
@@ -141,6 +147,7 @@ Status Core::Recover() {
       }
     }
   }
+  RecoverBatchesLocked(*contents);
   RecoverMoneyLocked(*contents);
   for (const auto& row : contents->settings) {
     if (row.key.rfind("weight:", 0) != 0) continue;
@@ -337,16 +344,21 @@ std::string Core::StopReason(const Job& job) {
   if (job.cancel_requested) return job.cancel_reason;
   if (job.preempt_requested) return "preempted";
   if (!job.gang_failure.empty()) return "gang_failed";
-  if (!job.gang_requeue.empty()) return job.gang_requeue;
+  if (!job.requeue_reason.empty()) return job.requeue_reason;
   return "";
 }
 
 void Core::SetStatus(JobEntry& e, JobStatus s) {
+  const bool gated = !e.job.batch.empty() || !e.job.spec.depends_on.empty();
   if (s == JobStatus::kQueued) {
     queued_[e.order] = e.job.id;
+    if (gated) gated_[e.order] = e.job.id;
   } else {
     queued_.erase(e.order);
+    gated_.erase(e.order);
+    held_.erase(e.job.id);
   }
+  CountTrialLocked(e.job, e.job.status, s);
   e.job.status = s;
   e.status_since_mono = clock_->MonotonicMs();
   if (api::IsTerminal(s)) ReleaseEscrowLocked(e);
@@ -427,8 +439,8 @@ bool Core::DeliveredLocked(const Job& job) const {
   return false;
 }
 
-void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
-  ReleaseLocked(e, reason, std::nullopt);
+void Core::RequeueLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code) {
+  ReleaseLocked(e, reason, exit_code);
   if (e.job.cancel_requested) {
     SetStatus(e, JobStatus::kCancelled);
     e.job.reason = e.job.cancel_reason;
@@ -439,7 +451,7 @@ void Core::RequeueLocked(JobEntry& e, const std::string& reason) {
   e.job.reason = reason;
   e.job.preempt_requested = false;
   e.job.gang_failure.clear();
-  e.job.gang_requeue.clear();
+  e.job.requeue_reason.clear();
   e.queued_since = clock_->NowMs();
   e.job.attempt += 1;
   e.job.node_id.clear();
@@ -504,11 +516,13 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
   if (only) {
     for (const auto& id : *only) {
       const JobEntry& e = jobs_.at(id);
-      if (e.job.status == JobStatus::kQueued) queued.push_back(&e);
+      if (e.job.status == JobStatus::kQueued && !held_.count(id)) queued.push_back(&e);
     }
   } else {
     queued.reserve(queued_.size());
-    for (auto& [order, id] : queued_) queued.push_back(&jobs_.at(id));
+    for (auto& [order, id] : queued_) {
+      if (!held_.count(id)) queued.push_back(&jobs_.at(id));
+    }
   }
   snap.queue.reserve(queued.size());
   for (const JobEntry* entry : queued) {
@@ -555,6 +569,7 @@ void Core::ScheduleLocked(store::WriteBatch& batch) {
     waiting_after_pass_ = 0;
     return;
   }
+  GateQueueLocked(batch);
   int64_t now = clock_->NowMs();
   Snapshot snap;
   sched::Plan plan;
@@ -732,8 +747,24 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
     if (!idempotency_key.empty()) {
       auto it = idempotency_.find({caller.subject, idempotency_key});
       if (it != idempotency_.end()) {
-        out = jobs_.at(it->second).job;
+        auto job = jobs_.find(it->second);
+        if (job == jobs_.end()) {
+          return Status::Conflict("Idempotency-Key was used for batch " + it->second);
+        }
+        out = job->second.job;
         return Status::Ok();
+      }
+    }
+    for (size_t i = 0; i < spec.depends_on.size(); ++i) {
+      const std::string& dep = spec.depends_on[i].job;
+      auto j = jobs_.find(dep);
+      auto b = batches_.find(dep);
+      bool visible = (j != jobs_.end() && Visible(caller, j->second.job)) ||
+                     (b != batches_.end() &&
+                      (caller.scope == Scope::kAdmin || b->second.batch.owner == caller.subject));
+      if (!visible) {
+        return Status::InvalidArgument("no job or batch " + dep,
+                                       "depends_on[" + std::to_string(i) + "].job");
       }
     }
     Job job;
@@ -775,16 +806,7 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
                     {ledger::EscrowAccount(job.id), hold}};
       TIDE_RETURN_IF_ERROR(ApplyTxLocked(std::move(tx)));
     }
-    JobEntry& e = jobs_[job.id];
-    e.job = std::move(job);
-    e.order = next_order_++;
-    e.status_since_mono = clock_->MonotonicMs();
-    e.queued_since = e.job.created_at;
-    job_order_.push_back(e.job.id);
-    queued_[e.order] = e.job.id;
-    submitted_since_pass_.push_back(e.job.id);
-    command_is_submission_ = true;
-    PersistJob(e, batch);
+    JobEntry& e = AddJobLocked(std::move(job), batch);
     if (!idempotency_key.empty()) {
       idempotency_[{caller.subject, idempotency_key}] = e.job.id;
       batch.idempotency.push_back({caller.subject, idempotency_key, e.job.id});
@@ -803,6 +825,21 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
   return std::make_pair(out, created);
 }
 
+Core::JobEntry& Core::AddJobLocked(Job job, store::WriteBatch& batch) {
+  JobEntry& e = jobs_[job.id];
+  e.job = std::move(job);
+  e.order = next_order_++;
+  e.status_since_mono = clock_->MonotonicMs();
+  e.queued_since = e.job.created_at;
+  job_order_.push_back(e.job.id);
+  queued_[e.order] = e.job.id;
+  if (!e.job.batch.empty() || !e.job.spec.depends_on.empty()) gated_[e.order] = e.job.id;
+  submitted_since_pass_.push_back(e.job.id);
+  command_is_submission_ = true;
+  PersistJob(e, batch);
+  return e;
+}
+
 Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
   Job out;
   Status st = Run([&](store::WriteBatch& batch) {
@@ -811,34 +848,36 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
       return Status::NotFound("no job " + id);
     }
     JobEntry& e = it->second;
-    if (api::IsTerminal(e.job.status) || e.job.cancel_requested) {
-      out = e.job;
-      return Status::Ok();
+    if (!api::IsTerminal(e.job.status) && !e.job.cancel_requested) {
+      CancelLocked(e, "cancelled", batch);
     }
-    bool delivered = DeliveredLocked(e.job);
-    if (e.job.status == JobStatus::kStarting && !delivered) {
-      // No agent has it yet: end it here and free its GPUs.
-      e.job.cancel_requested = true;
-      e.job.cancel_reason = "cancelled";
-      RequeueLocked(e, "cancelled");
-      schedule_needed_ = true;
-    } else if (e.job.status == JobStatus::kQueued) {
-      SetStatus(e, JobStatus::kCancelled);
-      e.job.reason = "cancelled";
-      e.job.pending_reason.clear();
-      e.job.finished_at = clock_->NowMs();
-    } else {
-      e.job.cancel_requested = true;
-      e.job.cancel_reason = "cancelled";
-      DropUndeliveredRanksLocked(e);
-      if (auto outcome = GangOutcome(e)) (void)FinishLocked(e, *outcome, batch);
-    }
-    PersistJob(e, batch);
     out = e.job;
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return out;
+}
+
+void Core::CancelLocked(JobEntry& e, const std::string& reason, store::WriteBatch& batch) {
+  bool delivered = DeliveredLocked(e.job);
+  if (e.job.status == JobStatus::kStarting && !delivered) {
+    // No agent has it yet: end it here and free its GPUs.
+    e.job.cancel_requested = true;
+    e.job.cancel_reason = reason;
+    RequeueLocked(e, reason);
+    schedule_needed_ = true;
+  } else if (e.job.status == JobStatus::kQueued) {
+    SetStatus(e, JobStatus::kCancelled);
+    e.job.reason = reason;
+    e.job.pending_reason.clear();
+    e.job.finished_at = clock_->NowMs();
+  } else {
+    e.job.cancel_requested = true;
+    e.job.cancel_reason = reason;
+    DropUndeliveredRanksLocked(e);
+    if (auto outcome = GangOutcome(e)) (void)FinishLocked(e, *outcome, batch);
+  }
+  PersistJob(e, batch);
 }
 
 // ------------------------------------------------------------------ reads
@@ -859,7 +898,8 @@ Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
 std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
                                                         const std::string& status,
                                                         const std::string& tag, size_t limit,
-                                                        const std::string& after) const {
+                                                        const std::string& after,
+                                                        const std::string& batch) const {
   std::shared_lock lock(state_mu_);
   std::vector<Job> out;
   bool started = after.empty();
@@ -871,6 +911,7 @@ std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
     }
     const Job& job = jobs_.at(*it).job;
     if (!Visible(caller, job)) continue;
+    if (!batch.empty() && job.batch != batch) continue;
     if (!status.empty() && status != api::JobStatusName(job.status)) continue;
     if (!tag.empty() &&
         std::find(job.spec.tags.begin(), job.spec.tags.end(), tag) == job.spec.tags.end()) {
@@ -1005,7 +1046,7 @@ Result<std::string> Core::CreateJoinToken(const std::string& provider) {
   return token;
 }
 
-Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining) {
+Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining, bool evict) {
   api::Node out;
   Status st = Run([&](store::WriteBatch& batch) {
     for (auto& [id, n] : nodes_) {
@@ -1014,6 +1055,24 @@ Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining
         n.node.draining = draining;
         PersistNode(n, batch);
         spdlog::info("node {} ({}) {}", n.node.name, id, draining ? "draining" : "open again");
+      }
+      if (draining && evict) {
+        // Its jobs get the notice (reason node_draining) and, once stopped,
+        // return to the queue to resume elsewhere: no retry is used up.
+        std::vector<std::string> leased;
+        for (auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
+        for (const std::string& job_id : leased) {
+          JobEntry& e = jobs_.at(job_id);
+          if (!StopReason(e.job).empty()) continue;
+          if (!DeliveredLocked(e.job)) {
+            RequeueLocked(e, "node_draining");
+          } else {
+            e.job.requeue_reason = "node_draining";
+            DropUndeliveredRanksLocked(e);
+          }
+          PersistJob(e, batch);
+        }
+        schedule_needed_ = true;
       }
       out = n.node;
       return Status::Ok();
@@ -1210,6 +1269,24 @@ Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& j
   return rank;
 }
 
+Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
+                              int64_t bytes) {
+  return Run([&](store::WriteBatch& batch) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+    JobEntry& e = it->second;
+    if (e.job.attempt != attempt || RankOn(e.job, node_id) < 0) {
+      return Status::Conflict("job " + job_id + " attempt " + std::to_string(attempt) +
+                              " is not leased to this node");
+    }
+    e.job.checkpoint_attempt = attempt;
+    e.job.checkpoint_bytes = bytes;
+    e.job.checkpoint_at = clock_->NowMs();
+    PersistJob(e, batch);
+    return Status::Ok();
+  });
+}
+
 Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
                       const api::JobEvent& ev) {
   return Run([&](store::WriteBatch& batch) {
@@ -1321,7 +1398,7 @@ void Core::LostPartLocked(JobEntry& e, const std::string& node_id, const std::st
     cancel_delivered_.erase(DeliveryKey(e.job.id, e.job.attempt, node_id));
   }
   if (StopReason(e.job).empty()) {
-    e.job.gang_requeue = reason;
+    e.job.requeue_reason = reason;
     spdlog::info("job {} attempt {}: rank {} {}; stopping the other ranks to run it again",
                  e.job.id, e.job.attempt, rank, reason);
   }
@@ -1368,8 +1445,8 @@ std::optional<api::JobEvent> Core::GangOutcome(const JobEntry& e) const {
   for (const auto& other : a.ranks) preempted = preempted || other.reason == "preempted";
   if (preempted) {
     out.reason = "preempted";
-  } else if (!e.job.gang_requeue.empty() && e.job.gang_failure.empty()) {
-    out.reason = e.job.gang_requeue;
+  } else if (!e.job.requeue_reason.empty() && e.job.gang_failure.empty()) {
+    out.reason = e.job.requeue_reason;
   } else if (!e.job.gang_failure.empty()) {
     // The rank that failed first, not the ones stopped because of it.
     const api::Rank* first = nullptr;
@@ -1393,10 +1470,10 @@ std::optional<api::JobEvent> Core::GangOutcome(const JobEntry& e) const {
 // The job's (last) process exited: it ends, or returns to the queue.
 Status Core::FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatch& batch) {
   int64_t now = clock_->NowMs();
-  if (!e.job.gang_requeue.empty() && e.job.gang_failure.empty() && !e.job.cancel_requested &&
-      ev.reason == e.job.gang_requeue) {
+  if (!e.job.requeue_reason.empty() && e.job.gang_failure.empty() && !e.job.cancel_requested &&
+      ev.reason == e.job.requeue_reason) {
     // A node of the gang went away; every rank has stopped: run it again.
-    RequeueLocked(e, e.job.gang_requeue);
+    RequeueLocked(e, e.job.requeue_reason);
     PersistJob(e, batch);
     return Status::Ok();
   }
@@ -1432,6 +1509,16 @@ Status Core::FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatc
   } else {
     final_status = JobStatus::kFailed;
     reason = "exit_code:" + std::to_string(ev.exit_code.value_or(-1));
+  }
+  if (final_status == JobStatus::kFailed && !e.job.cancel_requested &&
+      e.job.retries < e.job.spec.retry_times && IsOwnFailure(reason)) {
+    // The job's own failure, and its retry policy allows another attempt.
+    e.job.retries += 1;
+    spdlog::info("job {} attempt {} failed ({}): retry {} of {}", e.job.id, e.job.attempt, reason,
+                 e.job.retries, e.job.spec.retry_times);
+    RequeueLocked(e, reason, ev.exit_code);
+    PersistJob(e, batch);
+    return Status::Ok();
   }
   ReleaseLocked(e, reason.empty() ? "completed" : reason, ev.exit_code);
   SetStatus(e, final_status);

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/batch.h"
 #include "api/types.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -112,6 +113,18 @@ struct Estimate {
   int64_t expected_start = 0;  // unix ms, 0 = unknown
 };
 
+// A batch with what its trials add up to (server/batch.cc).
+struct BatchInfo {
+  api::Batch batch;
+  std::map<std::string, int> counts;  // trials by job status
+  // queued (no trial started yet), running, completed (every trial
+  // completed), failed (some trial failed), cancelled.
+  std::string status;
+  ledger::Micros cost = 0;    // charged to its trials so far
+  ledger::Micros escrow = 0;  // still held for it
+  int64_t finished_at = 0;    // when its last trial ended; 0 while one lives
+};
+
 struct UserInfo {
   std::string id;
   std::string name;
@@ -170,6 +183,20 @@ class Core {
                                               const std::string& idempotency_key);
   Result<api::Job> CancelJob(const Caller& caller, const std::string& id);
 
+  // --- batches (server/batch.cc) ---
+  // Creates every trial of `spec` as a job, in one transaction, with the
+  // batch's budget (or its trials' worst case) held in escrow. The bool is
+  // false when an earlier request with the same idempotency key made it.
+  Result<std::pair<BatchInfo, bool>> SubmitBatch(const Caller& caller, const api::BatchSpec& spec,
+                                                 const std::string& idempotency_key);
+  Result<BatchInfo> GetBatch(const Caller& caller, const std::string& id) const;
+  // Newest first.
+  std::vector<BatchInfo> ListBatches(const Caller& caller) const;
+  // Cancels every trial that has not ended.
+  Result<BatchInfo> CancelBatch(const Caller& caller, const std::string& id);
+  // The batch's trials in the order of the file.
+  Result<std::vector<api::Job>> BatchTrials(const Caller& caller, const std::string& id) const;
+
   // --- reads ---
   // NotFound if the job does not exist or the caller may not see it.
   Result<api::Job> GetJob(const Caller& caller, const std::string& id) const;
@@ -177,7 +204,8 @@ class Core {
   std::pair<std::vector<api::Job>, std::string> ListJobs(const Caller& caller,
                                                          const std::string& status,
                                                          const std::string& tag, size_t limit,
-                                                         const std::string& after) const;
+                                                         const std::string& after,
+                                                         const std::string& batch = "") const;
   std::vector<NodeStatus> ListNodes() const;
   QueueSummary Queue(const Caller& caller) const;
 
@@ -214,8 +242,9 @@ class Core {
   Result<std::string> CreateJoinToken(const std::string& provider = "");
   // A user id for a user's id or name; NotFound otherwise.
   Result<std::string> FindUser(const std::string& id_or_name) const;
-  // A draining node keeps its running jobs and takes no new ones.
-  Result<api::Node> SetDraining(const std::string& id_or_name, bool draining);
+  // A draining node takes no new jobs. It keeps its running ones, unless
+  // `evict`: then they get the notice (node_draining) and are requeued.
+  Result<api::Node> SetDraining(const std::string& id_or_name, bool draining, bool evict = false);
 
   // --- agents ---
   // With a join token: a new node. With a node token: the same node again.
@@ -231,6 +260,11 @@ class Core {
   // attempt uploads must not replace results.
   Result<int> CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt,
                        bool current_only = false) const;
+
+  // The agent of `node_id` stored a checkpoint of `bytes` for the current
+  // attempt `attempt` of `job_id`.
+  Status RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
+                          int64_t bytes);
 
   // --- change notification (log appends, state changes) ---
   uint64_t epoch() const;
@@ -278,15 +312,17 @@ class Core {
   void Tick(store::WriteBatch& batch);
   void ScheduleLocked(store::WriteBatch& batch);
   void PersistJob(const JobEntry& e, store::WriteBatch& batch) const;
+  // A new queued job (a submission, or a trial of a new batch).
+  JobEntry& AddJobLocked(api::Job job, store::WriteBatch& batch);
   void PersistNode(const NodeEntry& n, store::WriteBatch& batch) const;
   bool Visible(const Caller& caller, const api::Job& job) const;
   // Ends the current attempt of a leased job and frees its GPUs.
   void ReleaseLocked(JobEntry& e, const std::string& reason, std::optional<int> exit_code);
   // Node gone: its jobs go back to the queue (or end, if being cancelled).
-  void RequeueLocked(JobEntry& e, const std::string& reason);
+  void RequeueLocked(JobEntry& e, const std::string& reason,
+                     std::optional<int> exit_code = std::nullopt);
   void SetStatus(JobEntry& e, api::JobStatus s);
 
-  // --- money (server/money.cc); the caller holds state_mu_ exclusively ---
   // Applies `tx` to the ledger and queues its row for the batch being built.
   Status ApplyTxLocked(ledger::Transaction tx);
   // Rate of `node`'s GPU `gpu` for a job of `spec`'s tier.
@@ -326,6 +362,41 @@ class Core {
   Status FinishLocked(JobEntry& e, const api::JobEvent& ev, store::WriteBatch& batch);
   // Why the current attempt is being stopped ("cancelled", "preempted"), or "".
   static std::string StopReason(const api::Job& job);
+  // Cancels a job that has not ended (reason `reason`): at once if no agent
+  // has it, else by a stop order.
+  void CancelLocked(JobEntry& e, const std::string& reason, store::WriteBatch& batch);
+
+  // --- batches and dependencies (server/batch.cc) ---
+  struct BatchEntry {
+    api::Batch batch;
+    std::vector<std::string> jobs;  // trial job ids, in file order
+    int open = 0;    // trials not ended
+    int active = 0;  // trials starting or running
+  };
+  void PersistBatch(const BatchEntry& b, store::WriteBatch& batch) const;
+  BatchInfo BatchInfoLocked(const BatchEntry& b) const;
+  // A job changes status from `from` to `to`: the counts of its batch.
+  void CountTrialLocked(const api::Job& job, api::JobStatus from, api::JobStatus to);
+  // Before a pass: which queued jobs must wait for their batch's
+  // max_concurrent or budget, or for their dependencies (held_, with the
+  // reason), and which can never start (cancelled now).
+  void GateQueueLocked(store::WriteBatch& batch);
+  // How a dependency of a queued job stands: 1 met, 0 not yet, -1 never.
+  int DependencyStateLocked(const api::JobSpec::Dependency& dep) const;
+  void RecoverBatchesLocked(const store::Contents& contents);
+
+  // --- money (server/money.cc); the caller holds state_mu_ exclusively ---
+  // The escrow account a job's charges come from: its own, or its batch's.
+  static std::string EscrowOf(const api::Job& job);
+  // What the current attempt may still be charged: the escrow's balance,
+  // for a trial also bounded by its own max_cost.
+  ledger::Micros SpendableLocked(const JobEntry& e) const;
+  // What one attempt of `spec` at `rate` may cost at most (without retries).
+  ledger::Micros AttemptCapLocked(const api::JobSpec& spec, ledger::Micros rate) const;
+  // What the running attempt of `e` may still cost, at most.
+  ledger::Micros AttemptReserveLocked(const JobEntry& e) const;
+  // Charged to the job so far, all attempts.
+  ledger::Micros ChargedLocked(const api::Job& job) const;
 
   store::Store* store_;
   Clock* clock_;
@@ -355,6 +426,12 @@ class Core {
   int64_t last_meter_mono_ = 0;
   sched::FairShare fair_;
   std::map<std::string, double> weights_;  // fair-share weights set by the admin
+  std::map<std::string, BatchEntry> batches_;
+  // Queued jobs of a batch or with dependencies, by submission order: the
+  // ones GateQueueLocked looks at.
+  std::map<uint64_t, std::string> gated_;
+  // Queued jobs the scheduler must not see this pass, with the reason.
+  std::unordered_map<std::string, std::string> held_;
 
   // Money. ledger_rows_ are the transactions applied since the last batch
   // was handed to the store; Loop() moves them into that batch.

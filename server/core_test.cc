@@ -321,7 +321,7 @@ TEST_F(CoreTest, LostNodeRequeuesTheWholeGang) {
   }
   // The surviving rank gets the notice, with its grace, and keeps its GPUs
   // until it has stopped.
-  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->gang_requeue == "node_lost"; }));
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->requeue_reason == "node_lost"; }));
   auto work = core_->Heartbeat(rank0, hb);
   ASSERT_EQ(work->cancels.size(), 1u);
   EXPECT_EQ(work->cancels[0].reason, "node_lost");

@@ -23,6 +23,11 @@ using ledger::Micros;
 namespace {
 constexpr int64_t kDayMs = 86'400'000;
 
+bool IsEscrow(const std::string& account) {
+  static const std::string kPrefix = ledger::EscrowAccount("");
+  return account.rfind(kPrefix, 0) == 0;
+}
+
 std::string ChargeKey(const std::string& job_id, int attempt, int rank) {
   return job_id + "#" + std::to_string(attempt) + "#" + std::to_string(rank);
 }
@@ -104,7 +109,7 @@ void Core::RecoverMoneyLocked(const store::Contents& contents) {
       Charged& c = charged_[ChargeKey(tx->job_id, tx->attempt, tx->rank)];
       Micros gross = 0;
       for (const auto& e : tx->entries) {
-        if (e.account == ledger::EscrowAccount(tx->job_id)) gross += -e.amount;
+        if (IsEscrow(e.account)) gross += -e.amount;
         if (e.account == ledger::kPlatform) c.fee += e.amount;
       }
       c.gross += gross;
@@ -167,11 +172,57 @@ Micros Core::WorstCaseLocked(const api::JobSpec& spec, Micros rate) const {
   const int64_t gpus = static_cast<int64_t>(spec.resources.gpu_count) * spec.resources.nodes;
   Micros cap = options_.default_job_cap;
   if (spec.max_runtime_s > 0) {
-    // It may run max_runtime, then the grace period of the timeout notice.
-    cap = ledger::CostOf(rate, gpus * (spec.max_runtime_s + spec.grace_s) * 1000);
+    // It may run max_runtime, then the grace period of the timeout notice,
+    // once and once more per retry.
+    cap = ledger::CostOf(rate, gpus * (spec.max_runtime_s + spec.grace_s) * 1000) *
+          (1 + spec.retry_times);
   }
   if (spec.max_cost > 0) cap = spec.max_runtime_s > 0 ? std::min(cap, spec.max_cost) : spec.max_cost;
   return cap;
+}
+
+Micros Core::AttemptCapLocked(const api::JobSpec& spec, Micros rate) const {
+  api::JobSpec once = spec;
+  once.retry_times = 0;
+  return WorstCaseLocked(once, rate);
+}
+
+Micros Core::ChargedLocked(const api::Job& job) const {
+  Micros total = 0;
+  for (const api::Attempt& a : job.attempts) {
+    const size_t ranks = std::max<size_t>(1, a.ranks.size());
+    for (size_t r = 0; r < ranks; ++r) {
+      auto it = charged_.find(ChargeKey(job.id, a.attempt, static_cast<int>(r)));
+      if (it != charged_.end()) total += it->second.gross;
+    }
+  }
+  return total;
+}
+
+Micros Core::AttemptReserveLocked(const JobEntry& e) const {
+  if (e.job.attempts.empty()) return 0;
+  const api::Attempt& a = e.job.attempts.back();
+  Micros charged = 0;
+  const size_t ranks = std::max<size_t>(1, a.ranks.size());
+  for (size_t r = 0; r < ranks; ++r) {
+    auto it = charged_.find(ChargeKey(e.job.id, a.attempt, static_cast<int>(r)));
+    if (it != charged_.end()) charged += it->second.gross;
+  }
+  Micros rate = a.rate;
+  for (const auto& rank : a.ranks) rate = std::max(rate, rank.rate);
+  return std::max<Micros>(0, AttemptCapLocked(e.job.spec, rate) - charged);
+}
+
+std::string Core::EscrowOf(const api::Job& job) {
+  return ledger::EscrowAccount(job.batch.empty() ? job.id : job.batch);
+}
+
+Micros Core::SpendableLocked(const JobEntry& e) const {
+  Micros left = ledger_.Balance(EscrowOf(e.job));
+  if (!e.job.batch.empty() && e.job.spec.max_cost > 0) {
+    left = std::min(left, std::max<Micros>(0, e.job.spec.max_cost - ChargedLocked(e.job)));
+  }
+  return left;
 }
 
 // ------------------------------------------------------------------ metering
@@ -180,7 +231,7 @@ void Core::MeterLocked(JobEntry& e, int64_t until) {
   if (e.job.attempts.empty()) return;
   api::Attempt& a = e.job.attempts.back();
   if (a.attempt != e.job.attempt) return;
-  const std::string escrow = ledger::EscrowAccount(e.job.id);
+  const std::string escrow = EscrowOf(e.job);
   for (const Piece& p : Pieces(a)) {
     if (p.started_at == 0 || p.rate <= 0) continue;
     int64_t end = p.finished_at > 0 ? std::min(p.finished_at, until) : until;
@@ -197,7 +248,7 @@ void Core::MeterLocked(JobEntry& e, int64_t until) {
     const int64_t gpu_ms = static_cast<int64_t>(p.gpus->size()) * (end - p.started_at);
     Charged& charged = charged_[ChargeKey(e.job.id, a.attempt, p.rank)];
     Micros due = ledger::CostOf(p.rate, gpu_ms) - charged.gross;
-    due = std::min(due, ledger_.Balance(escrow));  // never past the escrow
+    due = std::min(due, SpendableLocked(e));  // never past the escrow (or a trial's max_cost)
     if (due <= 0) continue;
     // The fee, like the cost, is taken of the running total: many small
     // charges round to what one charge would.
@@ -262,7 +313,13 @@ void Core::MeterAllLocked(store::WriteBatch& batch) {
                                : -1;
       bool budget_bound = runtime_cap < 0 || (spec.max_cost > 0 && spec.max_cost < runtime_cap);
       Micros grace_cost = ledger::CostOf(burn, std::max<int64_t>(spec.grace_s, 1) * 1000 + 2'000);
-      Micros left = ledger_.Balance(ledger::EscrowAccount(job_id));
+      Micros left = SpendableLocked(e);
+      // A trial draws on its batch's escrow: its budget bounds it, or
+      // its own max_cost.
+      if (!e.job.batch.empty()) {
+        const BatchEntry& b = batches_.at(e.job.batch);
+        budget_bound = budget_bound || b.batch.budget > 0;
+      }
       auto cap = daily_caps_.find(e.job.owner);
       bool over_day = cap != daily_caps_.end() &&
                       SpentTodayLocked(e.job.owner, now) + grace_cost >= cap->second;
@@ -278,12 +335,18 @@ void Core::MeterAllLocked(store::WriteBatch& batch) {
 }
 
 void Core::ReleaseEscrowLocked(JobEntry& e) {
-  const std::string escrow = ledger::EscrowAccount(e.job.id);
+  if (!e.job.batch.empty()) {
+    // A batch's escrow returns once its last trial has ended (the count
+    // was updated before this call).
+    auto b = batches_.find(e.job.batch);
+    if (b == batches_.end() || b->second.open > 0) return;
+  }
+  const std::string escrow = EscrowOf(e.job);
   Micros left = ledger_.Balance(escrow);
   if (left <= 0) return;
   ledger::Transaction tx;
   tx.kind = "release";
-  tx.job_id = e.job.id;
+  tx.job_id = e.job.batch.empty() ? e.job.id : e.job.batch;
   tx.entries = {{escrow, -left}, {ledger::UserAccount(e.job.owner), left}};
   Status st = ApplyTxLocked(std::move(tx));
   if (!st.ok()) spdlog::error("releasing the escrow of {}: {}", e.job.id, st.ToString());
@@ -368,6 +431,9 @@ Status Core::CheckDailyCapLocked(const std::string& user, Micros hold) const {
       held += ledger_.Balance(ledger::EscrowAccount(id));
     }
   }
+  for (const auto& [id, b] : batches_) {
+    if (b.batch.owner == user) held += ledger_.Balance(ledger::EscrowAccount(id));
+  }
   if (spent + held + hold <= cap->second) return Status::Ok();
   return Status::InsufficientCredit(
       "the account's daily cap is " + ledger::FormatCredits(cap->second) + " credits: today " +
@@ -449,17 +515,20 @@ BalanceInfo Core::Balance(const Caller& caller) const {
     if (e.job.owner != caller.subject || api::IsTerminal(e.job.status)) continue;
     b.escrow += ledger_.Balance(ledger::EscrowAccount(id));
   }
+  for (const auto& [id, batch] : batches_) {
+    if (batch.batch.owner == caller.subject) b.escrow += ledger_.Balance(ledger::EscrowAccount(id));
+  }
   return b;
 }
 
 JobMoney Core::MoneyOf(const std::string& job_id) const {
   std::shared_lock lock(state_mu_);
   JobMoney m;
-  m.escrow = ledger_.Balance(ledger::EscrowAccount(job_id));
+  m.escrow = ledger_.Balance(ledger::EscrowAccount(job_id));  // a trial's is its batch's
   for (const ledger::Transaction* tx : ledger_.ForJob(job_id)) {
     if (tx->kind != "charge") continue;
     for (const auto& e : tx->entries) {
-      if (e.account == ledger::EscrowAccount(job_id)) m.cost += -e.amount;
+      if (IsEscrow(e.account)) m.cost += -e.amount;
     }
   }
   return m;

@@ -38,6 +38,7 @@ class MemoryStore final : public Store {
     for (const LedgerRow& l : batch.ledger) ledger_[l.seq] = l;
     for (const CardRow& c : batch.cards) cards_[c.hash] = c;
     for (const SettingRow& s : batch.settings) settings_[s.key] = s;
+    for (const BatchRow& b : batch.batches) batches_[b.id] = b;
     for (const JobRow& j : batch.jobs) jobs_[j.id] = j;
     for (const NodeRow& n : batch.nodes) nodes_[n.id] = n;
     for (const TokenRow& t : batch.tokens) tokens_[t.hash] = t;
@@ -61,6 +62,9 @@ class MemoryStore final : public Store {
     for (const auto& [seq, row] : ledger_) c.ledger.push_back(row);
     for (const auto& [hash, row] : cards_) c.cards.push_back(row);
     for (const auto& [key, row] : settings_) c.settings.push_back(row);
+    for (const auto& [id, row] : batches_) c.batches.push_back(row);
+    std::stable_sort(c.batches.begin(), c.batches.end(),
+                     [](const BatchRow& a, const BatchRow& b) { return a.created_at < b.created_at; });
     return c;
   }
 
@@ -100,6 +104,7 @@ class MemoryStore final : public Store {
   std::map<int64_t, LedgerRow> ledger_;        // by seq; GUARDED_BY(mu_)
   std::map<std::string, CardRow> cards_;       // by hash; GUARDED_BY(mu_)
   std::map<std::string, SettingRow> settings_;  // by key; GUARDED_BY(mu_)
+  std::map<std::string, BatchRow> batches_;     // by id; GUARDED_BY(mu_)
 };
 
 }  // namespace

@@ -73,6 +73,15 @@ CREATE TABLE settings(
   value TEXT NOT NULL
 );
 )sql"},
+    {3, "batches", R"sql(
+CREATE TABLE batches(
+  id TEXT NOT NULL PRIMARY KEY,
+  owner TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  doc TEXT NOT NULL
+);
+CREATE INDEX batches_owner_created_at ON batches(owner, created_at);
+)sql"},
 };
 
 struct StmtDeleter {

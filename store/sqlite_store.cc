@@ -106,6 +106,7 @@ enum StmtId {
   kInsertLedger,
   kUpsertCard,
   kUpsertSetting,
+  kUpsertBatch,
   kSelectJobs,
   kSelectNodes,
   kSelectUsers,
@@ -114,6 +115,7 @@ enum StmtId {
   kSelectLedger,
   kSelectCards,
   kSelectSettings,
+  kSelectBatches,
   kNumStmts,
 };
 
@@ -142,6 +144,9 @@ constexpr const char* kSql[kNumStmts] = {
     "INSERT INTO cards(hash, doc) VALUES(?1, ?2) ON CONFLICT(hash) DO UPDATE SET doc = excluded.doc",
     "INSERT INTO settings(key, value) VALUES(?1, ?2) "
     "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    "INSERT INTO batches(id, owner, created_at, doc) VALUES(?1, ?2, ?3, ?4) "
+    "ON CONFLICT(id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at, "
+    "doc = excluded.doc",
     "SELECT id, owner, status, created_at, doc FROM jobs ORDER BY created_at, id",
     "SELECT id, name, doc FROM nodes ORDER BY id",
     "SELECT id, name, created_at FROM users ORDER BY id",
@@ -150,6 +155,7 @@ constexpr const char* kSql[kNumStmts] = {
     "SELECT seq, at, kind, job_id, doc FROM ledger ORDER BY seq",
     "SELECT hash, doc FROM cards ORDER BY hash",
     "SELECT key, value FROM settings ORDER BY key",
+    "SELECT id, owner, created_at, doc FROM batches ORDER BY created_at, id",
 };
 
 class SqliteStore final : public Store {
@@ -248,6 +254,10 @@ class SqliteStore final : public Store {
       TIDE_RETURN_IF_ERROR(
           Run(kUpsertSetting, "store write: settings row \"" + s.key + "\"", s.key, s.value));
     }
+    for (const BatchRow& b : batch.batches) {
+      TIDE_RETURN_IF_ERROR(Run(kUpsertBatch, "store write: batches row \"" + b.id + "\"", b.id,
+                               b.owner, b.created_at, b.doc));
+    }
     return Status::Ok();
   }
 
@@ -292,6 +302,10 @@ class SqliteStore final : public Store {
     }));
     TIDE_RETURN_IF_ERROR(Select(kSelectSettings, "settings", c.settings, [](sqlite3_stmt* s) {
       return SettingRow{ColumnText(s, 0), ColumnText(s, 1)};
+    }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectBatches, "batches", c.batches, [](sqlite3_stmt* s) {
+      return BatchRow{ColumnText(s, 0), ColumnText(s, 1), sqlite3_column_int64(s, 2),
+                      ColumnText(s, 3)};
     }));
     return Status::Ok();
   }

@@ -69,6 +69,14 @@ struct CardRow {
   std::string doc;  // JSON: value, expires_at, created_at, redeemed_by, redeemed_at
 };
 
+// A batch of trials (the trials themselves are job rows naming it).
+struct BatchRow {
+  std::string id;
+  std::string owner;
+  int64_t created_at = 0;
+  std::string doc;  // JSON of api::Batch
+};
+
 // Server settings (the price list, ...), by name.
 struct SettingRow {
   std::string key;
@@ -86,6 +94,7 @@ struct WriteBatch {
   std::vector<LedgerRow> ledger;  // inserted; a seq already stored fails the batch
   std::vector<CardRow> cards;
   std::vector<SettingRow> settings;
+  std::vector<BatchRow> batches;
 
   bool empty() const;
   // Moves all rows of `other` to the end of this batch. A later row for the
@@ -102,6 +111,7 @@ struct Contents {
   std::vector<LedgerRow> ledger;  // ordered by seq
   std::vector<CardRow> cards;
   std::vector<SettingRow> settings;
+  std::vector<BatchRow> batches;  // ordered by created_at, then id
 };
 
 class Store {

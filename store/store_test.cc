@@ -47,6 +47,9 @@ bool operator==(const LedgerRow& a, const LedgerRow& b) {
 bool operator==(const CardRow& a, const CardRow& b) {
   return std::tie(a.hash, a.doc) == std::tie(b.hash, b.doc);
 }
+bool operator==(const BatchRow& a, const BatchRow& b) {
+  return a.id == b.id && a.owner == b.owner && a.created_at == b.created_at && a.doc == b.doc;
+}
 bool operator==(const SettingRow& a, const SettingRow& b) {
   return std::tie(a.key, a.value) == std::tie(b.key, b.value);
 }
@@ -185,6 +188,7 @@ WriteBatch OneOfEach() {
   b.ledger = {{1, 20, "redeem", "", R"({"seq":1})"}, {2, 21, "hold", "j-1", R"({"seq":2})"}};
   b.cards = {{"cc33", R"({"value":5})"}};
   b.settings = {{"prices", R"({"fee":"0.1"})"}};
+  b.batches = {{"b-1", "u-1", 30, R"({"trials":2})"}};
   return b;
 }
 
@@ -200,6 +204,7 @@ TEST_P(StoreTest, WritesAndReadsBackEveryRowKind) {
   EXPECT_EQ(c.ledger, b.ledger);
   EXPECT_EQ(c.cards, b.cards);
   EXPECT_EQ(c.settings, b.settings);
+  EXPECT_EQ(c.batches, b.batches);
 }
 
 TEST_P(StoreTest, LedgerRowsAreWrittenOnce) {
@@ -372,15 +377,16 @@ TEST_P(StoreTest, ConcurrentWritersAllLand) {
 }
 
 TEST_P(StoreTest, SchemaVersionIsLatest) {
-  EXPECT_EQ(internal::LatestSchemaVersion(), 2);
-  EXPECT_EQ(store_->SchemaVersion(), 2);
+  EXPECT_EQ(internal::LatestSchemaVersion(), 3);
+  EXPECT_EQ(store_->SchemaVersion(), 3);
   if (!durable()) return;
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "2");
-  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "2");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "3");
+  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "3");
   EXPECT_EQ(db.Query("PRAGMA journal_mode"), "wal");
   for (const char* table :
-       {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings"}) {
+       {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings",
+        "batches"}) {
     EXPECT_EQ(db.Query(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
                                    "AND name = '") +
                        table + "'"),
@@ -420,9 +426,9 @@ TEST_P(StoreTest, ReopenDoesNotReapplyMigrations) {
   }
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->SchemaVersion(), 2);
+  EXPECT_EQ(store_->SchemaVersion(), 3);
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "2");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "3");
   EXPECT_EQ(db.Query("SELECT applied_at FROM schema_migrations WHERE version = 1"), "42");
 }
 
@@ -473,7 +479,7 @@ TEST(WriteBatchTest, AppendMovesRowsInOrder) {
   b.idempotency = {{"u-1", "k", "j-2"}};
   EXPECT_FALSE(a.empty());
   a.Append(std::move(b));
-  EXPECT_EQ(JobIds(Contents{a.jobs, {}, {}, {}, {}, {}, {}, {}}), (std::vector<std::string>{"j-1", "j-2"}));
+  EXPECT_EQ(JobIds(Contents{a.jobs, {}, {}, {}, {}, {}, {}, {}, {}}), (std::vector<std::string>{"j-1", "j-2"}));
   EXPECT_EQ(a.users.size(), 1u);
   EXPECT_EQ(a.tokens.size(), 1u);
   EXPECT_EQ(a.nodes.size(), 1u);

@@ -24,7 +24,7 @@ void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
 bool WriteBatch::empty() const {
   return jobs.empty() && nodes.empty() && users.empty() && tokens.empty() &&
          delete_tokens.empty() && idempotency.empty() && ledger.empty() && cards.empty() &&
-         settings.empty();
+         settings.empty() && batches.empty();
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
@@ -38,6 +38,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(ledger, other.ledger);
   MoveAppend(cards, other.cards);
   MoveAppend(settings, other.settings);
+  MoveAppend(batches, other.batches);
 }
 
 }  // namespace tide::store

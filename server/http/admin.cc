@@ -66,7 +66,11 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
   }
   if (seg.size() == 5 && seg[2] == "nodes" && (seg[4] == "drain" || seg[4] == "undrain") &&
       req.method == "POST") {
-    auto node = core_->SetDraining(seg[3], seg[4] == "drain");
+    std::string evict = req.Query("evict");
+    if (!evict.empty() && evict != "true" && evict != "false") {
+      return ErrorResponse(Status::InvalidArgument("must be true or false", "evict"));
+    }
+    auto node = core_->SetDraining(seg[3], seg[4] == "drain", evict == "true");
     if (!node.ok()) return ErrorResponse(node.status());
     return JsonResponse(200, api::ToJson(*node));
   }

@@ -1,6 +1,10 @@
 // /v1/agent/...: what agents call. Every route but register needs a node
 // token, and a node may only touch jobs leased to it.
+#include <cctype>
+
 #include "api/types.h"
+#include "common/archive.h"
+#include "common/token.h"
 #include "server/http/api.h"
 
 namespace tide::server {
@@ -70,6 +74,58 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
       core_->NotifyChange();
       return JsonResponse(200,
                           {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt), *rank)}});
+    }
+    if (what == "metrics" && req.method == "POST") {
+      if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
+      auto offset = QueryInt(req, "offset", -1, 0, int64_t{1} << 50);
+      if (!offset.ok()) return ErrorResponse(offset.status());
+      if (*offset < 0) return ErrorResponse(Status::InvalidArgument("is required", "offset"));
+      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      if (!rank.ok()) return ErrorResponse(rank.status());
+      Status st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *rank, *offset, req.body,
+                                    Stream::kMetrics);
+      if (!st.ok()) return ErrorResponse(st);
+      return JsonResponse(200, {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt), *rank,
+                                                         Stream::kMetrics)}});
+    }
+    if (what == "checkpoint" && (req.method == "PUT" || req.method == "GET")) {
+      if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
+      // Only the attempt that runs now may replace or fetch it: a stale
+      // attempt must not overwrite what a newer one saved.
+      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt),
+                                       /*current_only=*/true);
+      if (!rank.ok()) return ErrorResponse(rank.status());
+      if (req.method == "GET") {
+        auto data = blobs_->GetCheckpoint(job_id, *rank);
+        if (!data.ok()) return ErrorResponse(data.status());
+        Response r;
+        r.content_type = "application/gzip";
+        r.body = std::move(data).value();
+        return r;
+      }
+      // The digest proves the archive arrived whole; an archive cut off or
+      // damaged on the way is refused and the previous one stays.
+      std::string digest = req.Header("x-tide-sha256");
+      if (digest.size() != 64) {
+        return ErrorResponse(Status::InvalidArgument("is required: the SHA-256 of the archive, "
+                                                     "64 hex characters",
+                                                     "X-Tide-Sha256"));
+      }
+      for (char& c : digest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (Sha256Hex(req.body) != digest) {
+        return ErrorResponse(Status::InvalidArgument(
+            "does not match the " + std::to_string(req.body.size()) +
+                " bytes received: the checkpoint was damaged or cut off and is not kept",
+            "X-Tide-Sha256"));
+      }
+      Status valid = ValidateArchive(req.body);
+      if (!valid.ok()) return ErrorResponse(Status::InvalidArgument(valid.message(), "body"));
+      Status st = blobs_->PutCheckpoint(job_id, *rank, req.body);
+      if (!st.ok()) return ErrorResponse(st);
+      st = core_->RecordCheckpoint(node_id, job_id, static_cast<int>(*attempt),
+                                   static_cast<int64_t>(req.body.size()));
+      if (!st.ok()) return ErrorResponse(st);
+      return JsonResponse(200, {{"bytes", req.body.size()}});
     }
     if (what == "outputs" && req.method == "PUT") {
       if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));

@@ -68,14 +68,18 @@ Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def
   return n;
 }
 
+static bool EndsWith(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 size_t Api::BodyLimit(const std::string& method, const std::string& path) {
   if (path == "/v1/code") return api::kMaxUploadBody;
   if (path.rfind("/v1/agent/jobs/", 0) == 0) {
-    if (path.size() >= 8 && path.compare(path.size() - 8, 8, "/outputs") == 0) {
-      return api::kMaxUploadBody;
-    }
-    if (path.size() >= 5 && path.compare(path.size() - 5, 5, "/logs") == 0) return api::kMaxLogChunk;
+    if (EndsWith(path, "/outputs")) return api::kMaxUploadBody;
+    if (EndsWith(path, "/checkpoint")) return api::kMaxUploadBody;
+    if (EndsWith(path, "/logs") || EndsWith(path, "/metrics")) return api::kMaxLogChunk;
   }
+  if (path == "/v1/batches" && method == "POST") return api::kMaxBatchBody;
   return api::kMaxRequestBody;
 }
 
@@ -126,6 +130,7 @@ Response Api::Handle(const Request& req) {
     return ErrorResponse(Status::PermissionDenied("agent tokens may only use /v1/agent"));
   }
   if (resource == "jobs") return Jobs(req, *caller, seg);
+  if (resource == "batches") return Batches(req, *caller, seg);
   if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, *caller);
   if (resource == "nodes") return Nodes(req, *caller, seg);
   if (resource == "queue") return Queue(req, *caller, seg);

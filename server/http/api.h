@@ -33,10 +33,13 @@ class Api {
   Response SubmitJob(const Request& req, const Caller& caller);
   Response ListJobs(const Request& req, const Caller& caller);
   Response Logs(const Request& req, const Caller& caller, const std::string& id);
+  Response Metrics(const Request& req, const Caller& caller, const std::string& id);
   Response Outputs(const Request& req, const Caller& caller, const std::string& id,
                    const std::string& path);
   Response UploadCode(const Request& req, const Caller& caller);
   Response Agent(const Request& req, const Caller& caller, const Segments& seg);
+  Response Batches(const Request& req, const Caller& caller, const Segments& seg);
+  nlohmann::json BatchJson(const BatchInfo& b) const;
   Response Admin(const Request& req, const Caller& caller, const Segments& seg);
   Response Nodes(const Request& req, const Caller& caller, const Segments& seg);
   Response Queue(const Request& req, const Caller& caller, const Segments& seg);

@@ -5,6 +5,7 @@
 #include "common/archive.h"
 #include "common/paths.h"
 #include "server/http/api.h"
+#include "server/job_metrics.h"
 
 namespace tide::server {
 
@@ -28,6 +29,20 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
     return JsonResponse(200, JobJson(*job));
   }
   if (seg.size() == 4 && seg[3] == "logs" && req.method == "GET") return Logs(req, caller, id);
+  if (seg.size() == 4 && seg[3] == "metrics" && req.method == "GET") return Metrics(req, caller, id);
+  if (seg.size() == 4 && seg[3] == "checkpoint" && req.method == "GET") {
+    auto job = core_->GetJob(caller, id);
+    if (!job.ok()) return ErrorResponse(job.status());
+    auto rank = QueryInt(req, "rank", 0, 0, api::kMaxNodes - 1);
+    if (!rank.ok()) return ErrorResponse(rank.status());
+    auto data = blobs_->GetCheckpoint(id, static_cast<int>(*rank));
+    if (!data.ok()) return ErrorResponse(data.status());
+    Response r;
+    r.content_type = "application/gzip";
+    r.body = std::move(data).value();
+    r.headers["X-Tide-Checkpoint-Attempt"] = std::to_string(job->checkpoint_attempt);
+    return r;
+  }
   if (seg.size() >= 4 && seg[3] == "outputs" && req.method == "GET") {
     std::string path;
     for (size_t i = 4; i < seg.size(); ++i) path += (i > 4 ? "/" : "") + seg[i];
@@ -62,7 +77,7 @@ nlohmann::json Api::JobJson(const api::Job& job) const {
 
 Response Api::ListJobs(const Request& req, const Caller& caller) {
   for (auto& [k, v] : req.query) {
-    if (k != "status" && k != "tag" && k != "limit" && k != "after") {
+    if (k != "status" && k != "tag" && k != "limit" && k != "after" && k != "batch") {
       return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
     }
   }
@@ -74,7 +89,8 @@ Response Api::ListJobs(const Request& req, const Caller& caller) {
   auto limit = QueryInt(req, "limit", 100, 1, 1000);
   if (!limit.ok()) return ErrorResponse(limit.status());
   auto [jobs, next] =
-      core_->ListJobs(caller, status, req.Query("tag"), static_cast<size_t>(*limit), req.Query("after"));
+      core_->ListJobs(caller, status, req.Query("tag"), static_cast<size_t>(*limit), req.Query("after"),
+                      req.Query("batch"));
   json list = json::array();
   for (auto& j : jobs) list.push_back(JobJson(j));
   return JsonResponse(200, {{"jobs", list}, {"next", next}});
@@ -152,6 +168,34 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
     }
   };
   return r;
+}
+
+// The job's metric lines, every attempt in order (or one), each with its
+// "attempt"; "last" holds the newest value of each metric.
+Response Api::Metrics(const Request& req, const Caller& caller, const std::string& id) {
+  for (auto& [k, v] : req.query) {
+    if (k != "attempt" && k != "rank" && k != "last") {
+      return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+    }
+  }
+  auto job = core_->GetJob(caller, id);
+  if (!job.ok()) return ErrorResponse(job.status());
+  auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
+  if (!attempt.ok()) return ErrorResponse(attempt.status());
+  if (*attempt > job->attempt) {
+    return ErrorResponse(Status::NotFound("job " + id + " has no attempt " + std::to_string(*attempt)));
+  }
+  auto rank = QueryInt(req, "rank", 0, 0, api::kMaxNodes - 1);
+  if (!rank.ok()) return ErrorResponse(rank.status());
+  std::string last = req.Query("last");
+  if (!last.empty() && last != "true" && last != "false") {
+    return ErrorResponse(Status::InvalidArgument("must be true or false", "last"));
+  }
+  MetricSeries m = ReadMetrics(blobs_, id, job->attempt, static_cast<int>(*rank),
+                               static_cast<int>(*attempt), last == "true");
+  json out = {{"job", id}, {"last", m.last}, {"skipped", m.skipped}};
+  if (last != "true") out["metrics"] = std::move(m.points);
+  return JsonResponse(200, out);
 }
 
 Response Api::Outputs(const Request& req, const Caller& caller, const std::string& id,

@@ -1,0 +1,269 @@
+// `tide batch ...`: sweeps of many trials of one job template.
+//
+//   tide batch submit FILE [-o json]     a JSON or YAML batch file (docs/batches.md);
+//                                        checked here first, so a bad file is
+//                                        refused with its line and nothing is sent
+//   tide batch status ID [--once]        counts by status and a progress bar, kept
+//                                        live on a terminal until every trial ended
+//   tide batch ls                        your batches, newest first
+//   tide batch cancel ID                 cancels every trial that has not ended
+//   tide batch results ID [-o json|csv]  each trial's id, parameters, status,
+//                                        attempts, cost and last metrics
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "api/batch.h"
+#include "api/http_client.h"
+#include "api/spec_file.h"
+#include "cli/common.h"
+#include "common/paths.h"
+
+namespace tide::cli {
+
+namespace {
+
+constexpr int kBatchTimeoutMs = 300'000;  // a 10,000-trial batch is one transaction
+
+int RunSubmit(const std::string& file, const std::string& key, OutputFormat format) {
+  auto text = ReadFile(file);
+  if (!text.ok()) return PrintError(text.status());
+  auto doc = api::ParseYamlDocument(*text, file);
+  if (!doc.ok()) return PrintError(doc.status());
+  if (!doc->value.is_object()) {
+    return PrintError(Status::InvalidArgument(file + ": a batch file must be a mapping of fields"));
+  }
+  auto spec = api::BatchSpecFromJson(doc->value);
+  if (!spec.ok()) return PrintError(api::AtLine(*doc, file, spec.status()));
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  std::string target = "/v1/batches";
+  auto answer = key.empty()
+                    ? (*client)->Call("POST", target, doc->value, kBatchTimeoutMs)
+                    : (*client)->CallWithHeaders("POST", target, doc->value,
+                                                 {{"Idempotency-Key", key}}, kBatchTimeoutMs);
+  if (!answer.ok()) return PrintError(answer.status());
+  if (format == OutputFormat::kJson) {
+    PrintJson(*answer);
+    return kExitOk;
+  }
+  std::cerr << "Submitted batch " << JsonString(*answer, "id") << ": " << answer->value("trials", 0)
+            << " trials" << (spec->max_concurrent > 0
+                                 ? ", at most " + std::to_string(spec->max_concurrent) + " at once"
+                                 : std::string())
+            << "; follow it with: tide batch status " << JsonString(*answer, "id") << "\n";
+  std::cout << JsonString(*answer, "id") << "\n";
+  return kExitOk;
+}
+
+int Count(const json& b, const char* status) {
+  if (!b.contains("counts") || !b["counts"].contains(status)) return 0;
+  return b["counts"][status].get<int>();
+}
+
+std::string Summary(const json& b) {
+  const int total = b.value("trials", 0);
+  const int done = Count(b, "completed") + Count(b, "failed") + Count(b, "cancelled");
+  constexpr int kWidth = 30;
+  int filled = total > 0 ? done * kWidth / total : 0;
+  std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "]";
+  std::string out = bar + " " + std::to_string(done) + "/" + std::to_string(total) + " ended";
+  for (const char* s : {"running", "starting", "queued", "completed", "failed", "cancelled"}) {
+    if (Count(b, s) > 0) out += " · " + std::to_string(Count(b, s)) + " " + s;
+  }
+  out += " · cost " + CreditsText(b, "cost");
+  return out;
+}
+
+void PrintBatch(const json& b) {
+  std::cout << "Batch " << JsonString(b, "id");
+  if (!JsonString(b, "experiment_batch").empty()) std::cout << " (" << JsonString(b, "experiment_batch") << ")";
+  std::cout << ": " << JsonString(b, "status") << "\n";
+  std::cout << "  trials          " << b.value("trials", 0) << "\n";
+  std::cout << "  max_concurrent  "
+            << (b.value("max_concurrent", 0) > 0 ? std::to_string(b.value("max_concurrent", 0)) : "none")
+            << "\n";
+  std::cout << "  retry_times     " << b.value("retry_times", 0) << "\n";
+  std::cout << "  budget          " << (b["budget"].is_null() ? "none" : CreditsText(b, "budget"))
+            << "\n";
+  std::cout << "  cost            " << CreditsText(b, "cost") << " (escrow " << CreditsText(b, "escrow")
+            << ")\n";
+  std::cout << "  " << Summary(b) << "\n";
+}
+
+int RunStatus(const std::string& id, bool once, OutputFormat format) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  const std::string target = "/v1/batches/" + api::UrlEncode(id);
+  auto b = (*client)->Call("GET", target);
+  if (!b.ok()) return PrintError(b.status());
+  if (format == OutputFormat::kJson) {
+    PrintJson(*b);
+    return kExitOk;
+  }
+  const bool live = !once && isatty(STDOUT_FILENO) == 1;
+  if (!live) {
+    PrintBatch(*b);
+    return kExitOk;
+  }
+  for (;;) {
+    std::cout << "\r\033[K" << Summary(*b) << std::flush;
+    const std::string status = JsonString(*b, "status");
+    if (status != "queued" && status != "running") break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto next = (*client)->Call("GET", target);
+    if (next.ok()) b = std::move(next);
+  }
+  std::cout << "\n";
+  PrintBatch(*b);
+  return kExitOk;
+}
+
+int RunList(OutputFormat format) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/batches");
+  if (!answer.ok()) return PrintError(answer.status());
+  if (format == OutputFormat::kJson) {
+    PrintJson((*answer)["batches"]);
+    return kExitOk;
+  }
+  Table t({"ID", "NAME", "STATUS", "TRIALS", "RUNNING", "COMPLETED", "FAILED", "COST", "AGE"});
+  int64_t now = NowMs();
+  for (const auto& b : (*answer)["batches"]) {
+    t.AddRow({JsonString(b, "id"), JsonString(b, "experiment_batch"), JsonString(b, "status"),
+              std::to_string(b.value("trials", 0)), std::to_string(Count(b, "running")),
+              std::to_string(Count(b, "completed")), std::to_string(Count(b, "failed")),
+              CreditsText(b, "cost"), FormatAge(now, b.value("created_at", int64_t{0}))});
+  }
+  std::cout << t.ToString();
+  return kExitOk;
+}
+
+int RunCancel(const std::string& id, OutputFormat format) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  auto b = (*client)->Call("POST", "/v1/batches/" + api::UrlEncode(id) + "/cancel", json::object());
+  if (!b.ok()) return PrintError(b.status());
+  if (format == OutputFormat::kJson) {
+    PrintJson(*b);
+    return kExitOk;
+  }
+  std::cout << id << " cancelling: " << Summary(*b) << "\n";
+  return kExitOk;
+}
+
+std::string Cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
+int RunResults(const std::string& id, OutputFormat format) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/batches/" + api::UrlEncode(id) + "/results",
+                                std::nullopt, kBatchTimeoutMs);
+  if (!answer.ok()) return PrintError(answer.status());
+  const json& results = (*answer)["results"];
+  if (format == OutputFormat::kJson) {
+    PrintJson(results);
+    return kExitOk;
+  }
+  std::set<std::string> params, metrics;
+  for (const auto& r : results) {
+    for (auto& [k, v] : r["params"].items()) params.insert(k);
+    for (auto& [k, v] : r["metrics"].items()) metrics.insert(k);
+  }
+  std::vector<std::string> header = {"trial"};
+  header.insert(header.end(), params.begin(), params.end());
+  for (const char* c : {"status", "attempts", "cost"}) header.push_back(c);
+  header.insert(header.end(), metrics.begin(), metrics.end());
+  auto row = [&](const json& r) {
+    std::vector<std::string> cells = {JsonString(r, "id")};
+    for (const auto& p : params) cells.push_back(r["params"].contains(p) ? Cell(r["params"][p]) : "");
+    std::string status = JsonString(r, "status");
+    if (!JsonString(r, "reason").empty() && status != "completed") status += " (" + JsonString(r, "reason") + ")";
+    cells.push_back(status);
+    cells.push_back(std::to_string(r.value("attempts", 0)));
+    cells.push_back(CreditsText(r, "cost"));
+    for (const auto& m : metrics) cells.push_back(r["metrics"].contains(m) ? Cell(r["metrics"][m]) : "");
+    return cells;
+  };
+  if (format == OutputFormat::kCsv) {
+    auto line = [](const std::vector<std::string>& cells) {
+      std::string out;
+      for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + CsvField(cells[i]);
+      return out;
+    };
+    std::cout << line(header) << "\n";
+    for (const auto& r : results) std::cout << line(row(r)) << "\n";
+    return kExitOk;
+  }
+  std::vector<std::string> upper;
+  for (auto h : header) {
+    for (auto& c : h) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    upper.push_back(h);
+  }
+  Table t(upper);
+  for (const auto& r : results) t.AddRow(row(r));
+  std::cout << t.ToString();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBatchCommands(CLI::App& app) {
+  CLI::App* batch = app.add_subcommand("batch", "Sweeps: many trials of one job template");
+  batch->require_subcommand(1);
+
+  struct SubmitArgs {
+    std::string file, key;
+    OutputFormat format = OutputFormat::kTable;
+  };
+  auto submit_args = std::make_shared<SubmitArgs>();
+  CLI::App* submit = batch->add_subcommand("submit", "Submit a batch file (JSON or YAML)");
+  submit->add_option("file", submit_args->file, "Batch file")->required();
+  submit->add_option("--idempotency-key", submit_args->key,
+                     "Submitting again with the same key returns the first batch");
+  AddOutputFlag(submit, &submit_args->format);
+  SetAction(submit, [submit_args] {
+    return RunSubmit(submit_args->file, submit_args->key, submit_args->format);
+  });
+
+  struct IdArgs {
+    std::string id;
+    bool once = false;
+    OutputFormat format = OutputFormat::kTable;
+  };
+  auto status_args = std::make_shared<IdArgs>();
+  CLI::App* status = batch->add_subcommand("status", "Show a batch's progress");
+  status->add_option("id", status_args->id, "Batch id")->required();
+  status->add_flag("--once", status_args->once, "Print once instead of following on a terminal");
+  AddOutputFlag(status, &status_args->format);
+  SetAction(status, [status_args] {
+    return RunStatus(status_args->id, status_args->once, status_args->format);
+  });
+
+  auto list_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* ls = batch->add_subcommand("ls", "List your batches");
+  AddOutputFlag(ls, list_format.get());
+  SetAction(ls, [list_format] { return RunList(*list_format); });
+
+  auto cancel_args = std::make_shared<IdArgs>();
+  CLI::App* cancel = batch->add_subcommand("cancel", "Cancel every trial that has not ended");
+  cancel->add_option("id", cancel_args->id, "Batch id")->required();
+  AddOutputFlag(cancel, &cancel_args->format);
+  SetAction(cancel, [cancel_args] { return RunCancel(cancel_args->id, cancel_args->format); });
+
+  auto results_args = std::make_shared<IdArgs>();
+  CLI::App* results = batch->add_subcommand("results", "Each trial's parameters, status, cost and last metrics");
+  results->add_option("id", results_args->id, "Batch id")->required();
+  AddOutputFlag(results, &results_args->format, /*csv=*/true);
+  SetAction(results, [results_args] { return RunResults(results_args->id, results_args->format); });
+}
+
+}  // namespace tide::cli
