@@ -1,6 +1,9 @@
 // `tide logs ID [-f] [--attempt N] [--rank R]`: prints a job's output (stdout
-// and stderr as the agent captured them); --rank picks one node of a
-// multi-node job (default rank 0).
+// and stderr as the agent captured them): every attempt in turn, each after
+// a marker line "--- attempt N (node, how it ended) ---" when there were
+// several, or only attempt N; --rank picks one node of a multi-node job
+// (default rank 0). The server keeps every attempt's log, so an attempt
+// whose node is gone can still be read.
 //
 // -f follows the current attempt as it is written and returns when the job
 // ends. A dropped stream is resumed from the last byte received; when the
@@ -91,9 +94,27 @@ int RunLogs(const LogsOptions& opts) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
   if (opts.follow) return Follow(**client, opts.id, opts.rank);
-  int64_t offset = 0;
-  Status st = PrintFrom(**client, opts.id, opts.attempt, opts.rank, &offset);
-  return st.ok() ? kExitOk : PrintError(st);
+  if (opts.attempt > 0) {
+    int64_t offset = 0;
+    Status st = PrintFrom(**client, opts.id, opts.attempt, opts.rank, &offset);
+    return st.ok() ? kExitOk : PrintError(st);
+  }
+  auto job = (*client)->GetJob(opts.id);
+  if (!job.ok()) return PrintError(job.status());
+  for (int a = 1; a <= job->attempt; ++a) {
+    if (job->attempt > 1) {
+      std::string about;
+      for (const auto& at : job->attempts) {
+        if (at.attempt != a) continue;
+        about = " (node " + at.node_id + (at.reason.empty() ? "" : ", " + at.reason) + ")";
+      }
+      std::cout << "--- attempt " << a << about << " ---\n";
+    }
+    int64_t offset = 0;
+    Status st = PrintFrom(**client, opts.id, a, opts.rank, &offset);
+    if (!st.ok()) return PrintError(st);
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -103,7 +124,7 @@ void AddLogsCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logs", "Print a job's output (-f to follow it)");
   cmd->add_option("id", opts->id, "Job id")->required();
   CLI::Option* follow = cmd->add_flag("-f,--follow", opts->follow, "Follow until the job ends");
-  cmd->add_option("--attempt", opts->attempt, "Attempt to show (default: the current one)")
+  cmd->add_option("--attempt", opts->attempt, "Only this attempt (default: every attempt in turn)")
       ->check(CLI::PositiveNumber)
       ->excludes(follow);
   cmd->add_option("--rank", opts->rank, "Node of a multi-node job to show (default: rank 0)")
