@@ -55,6 +55,7 @@ void AddUserCommands(CLI::App& app) {
   AddMoneyCommands(app);
   AddMetricsCommand(app);
   AddBatchCommands(app);
+  AddSbatchCommand(app);
 
 }
 

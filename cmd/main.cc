@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   cmd::AddDevCommand(app);
   cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
-  cmd::Group(app, {"submit", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
+  cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
                    "outputs"},
              "Jobs");
   cmd::Group(app, {"queue", "nodes", "admin", "sim"}, "Cluster");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "common/archive.h"
 #include "common/paths.h"
@@ -283,6 +284,61 @@ TEST_F(ExperimentsTest, ABadBatchFileIsRefusedWithItsLineAndNothingIsSubmitted) 
   auto direct = client_->Call("POST", "/v1/batches",
                               json{{"template", {{"command", "x"}}}, {"jobs", "nope"}});
   EXPECT_EQ(direct.status().field(), "jobs");
+}
+
+}  // namespace
+}  // namespace tide::e2e
+
+namespace tide::e2e {
+namespace {
+
+TEST_F(ExperimentsTest, ASlurmScriptRunsUnchanged) {
+  std::string script = cluster_.dir() + "/train.sh";
+  std::ofstream(script) << R"(#!/bin/bash
+#SBATCH --job-name=slurmish
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task 2
+#SBATCH --time=00:05:00
+#SBATCH --output=logs/%x-%j.out
+#SBATCH --mail-type=END
+echo "job=$SLURM_JOB_ID name=$SLURM_JOB_NAME gpus=$SLURM_GPUS_ON_NODE cpus=$SLURM_CPUS_PER_TASK nnodes=$SLURM_NNODES procid=$SLURM_PROCID task=${SLURM_ARRAY_TASK_ID:-none} args=$*"
+test "$PWD" = "$SLURM_SUBMIT_DIR"
+)";
+  CliResult r = cluster_.Cli({"sbatch", script, "one", "two"}, token_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("train.sh:7: --mail-type"), std::string::npos) << r.err;
+  std::string id = r.out.substr(20);
+  id.erase(id.find_last_not_of("\n") + 1);
+  api::Job done = WaitTerminal(*client_, id);
+  ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << *client_->GetLogs(id);
+  const std::string line = "job=" + id + " name=slurmish gpus=1 cpus=2 nnodes=1 procid=0 task=none args=one two";
+  EXPECT_NE(client_->GetLogs(id)->find(line), std::string::npos) << *client_->GetLogs(id);
+  auto out = client_->GetOutput(id, "logs/slurmish-" + id + ".out");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_NE(out->find(line), std::string::npos);
+
+  // An array with a cap, and --parsable.
+  CliResult arr = cluster_.Cli({"sbatch", "--parsable", "--array=0-3%1", script}, token_);
+  ASSERT_EQ(arr.exit_code, 0) << arr.err;
+  std::string batch = arr.out.substr(0, arr.out.find('\n'));
+  EXPECT_EQ(batch.rfind("b-", 0), 0u) << arr.out;
+  ASSERT_TRUE(Eventually([&] {
+    auto b = client_->Call("GET", "/v1/batches/" + batch);
+    return b.ok() && (*b)["status"] == "completed";
+  }, std::chrono::seconds(60)));
+  auto page = client_->Call("GET", "/v1/jobs?batch=" + batch);
+  std::set<std::string> tasks;
+  for (const auto& j : (*page)["jobs"]) {
+    std::string log = *client_->GetLogs(j["id"]);
+    size_t at = log.find("task=");
+    if (at != std::string::npos) tasks.insert(log.substr(at + 5, 1));
+  }
+  EXPECT_EQ(tasks, (std::set<std::string>{"0", "1", "2", "3"}));
+
+  CliResult bad = cluster_.Cli({"sbatch", "--nodelist=n1", script}, token_);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--nodelist"), std::string::npos) << bad.err;
 }
 
 }  // namespace
