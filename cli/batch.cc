@@ -1,6 +1,7 @@
 // `tide batch ...`: sweeps of many trials of one job template.
 //
-//   tide batch submit FILE [-o json]     a JSON or YAML batch file (docs/batches.md);
+//   tide batch submit FILE [--code DIR] [-o json]
+//                                        a JSON or YAML batch file (docs/batches.md);
 //                                        checked here first, so a bad file is
 //                                        refused with its line and nothing is sent
 //   tide batch status ID [--once]        counts by status and a progress bar, kept
@@ -20,6 +21,7 @@
 #include "api/http_client.h"
 #include "api/spec_file.h"
 #include "cli/common.h"
+#include "common/archive.h"
 #include "common/paths.h"
 
 namespace tide::cli {
@@ -28,7 +30,8 @@ namespace {
 
 constexpr int kBatchTimeoutMs = 300'000;  // a 10,000-trial batch is one transaction
 
-int RunSubmit(const std::string& file, const std::string& key, OutputFormat format) {
+int RunSubmit(const std::string& file, const std::string& key, const std::string& code_dir,
+              OutputFormat format) {
   auto text = ReadFile(file);
   if (!text.ok()) return PrintError(text.status());
   auto doc = api::ParseYamlDocument(*text, file);
@@ -40,6 +43,14 @@ int RunSubmit(const std::string& file, const std::string& key, OutputFormat form
   if (!spec.ok()) return PrintError(api::AtLine(*doc, file, spec.status()));
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
+  if (!code_dir.empty()) {
+    // Every trial runs with the same code.
+    auto archive = PackDirectory(code_dir);
+    if (!archive.ok()) return PrintError(archive.status().WithContext("pack " + code_dir));
+    auto id = (*client)->UploadCode(*archive);
+    if (!id.ok()) return PrintError(id.status().WithContext("upload " + code_dir));
+    doc->value["template"]["code"] = *id;
+  }
   std::string target = "/v1/batches";
   auto answer = key.empty()
                     ? (*client)->Call("POST", target, doc->value, kBatchTimeoutMs)
@@ -221,7 +232,7 @@ void AddBatchCommands(CLI::App& app) {
   batch->require_subcommand(1);
 
   struct SubmitArgs {
-    std::string file, key;
+    std::string file, key, code_dir;
     OutputFormat format = OutputFormat::kTable;
   };
   auto submit_args = std::make_shared<SubmitArgs>();
@@ -229,9 +240,12 @@ void AddBatchCommands(CLI::App& app) {
   submit->add_option("file", submit_args->file, "Batch file")->required();
   submit->add_option("--idempotency-key", submit_args->key,
                      "Submitting again with the same key returns the first batch");
+  submit->add_option("--code", submit_args->code_dir,
+                     "Directory to pack and upload as every trial's code");
   AddOutputFlag(submit, &submit_args->format);
   SetAction(submit, [submit_args] {
-    return RunSubmit(submit_args->file, submit_args->key, submit_args->format);
+    return RunSubmit(submit_args->file, submit_args->key, submit_args->code_dir,
+                     submit_args->format);
   });
 
   struct IdArgs {

@@ -190,6 +190,8 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
   if (!flags.image.empty()) put("image", flags.image);
   if (!flags.max_runtime.empty()) put("max_runtime", flags.max_runtime);
   if (!flags.grace.empty()) put("grace", flags.grace);
+  if (!flags.tier.empty()) put("tier", flags.tier);
+  if (flags.retry_times) put("retry_times", *flags.retry_times);
   if (!flags.code.empty()) put("code", flags.code);
   if (!flags.command.empty()) put("command", flags.command);
 
@@ -264,6 +266,10 @@ void AddSubmitCommand(CLI::App& app) {
   cmd->add_option("--image", f.image, "Container image (default: host)");
   cmd->add_option("--max-runtime", f.max_runtime, "Stop the job after this long, e.g. 2h");
   cmd->add_option("--grace", f.grace, "Notice before a stop turns into a kill, e.g. 30s");
+  cmd->add_option("--tier", f.tier, "on-demand, or spot (cheaper, preemptible)")
+      ->check(CLI::IsMember({"on-demand", "spot"}));
+  cmd->add_option("--retry-times", f.retry_times, "Run a failed job again, up to this many times")
+      ->check(CLI::Range(0, 100));
   cmd->add_option("-e,--env", f.env, "Environment variable NAME=VALUE (or NAME to copy it)")
       ->take_all();
   cmd->add_option("-t,--tag", f.tags, "Tag (repeatable)")->take_all();

@@ -25,6 +25,8 @@ struct SubmitFlags {
   std::string memory;             // "64GB"
   std::string max_runtime;        // "2h"
   std::string grace;              // "30s"
+  std::string tier;               // "on-demand" or "spot"
+  std::optional<int> retry_times;
   std::vector<std::string> env;   // "K=V", or "K" to copy K from this environment
   std::vector<std::string> tags;  // added to the spec's tags
   std::vector<std::string> command;
