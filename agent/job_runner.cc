@@ -612,7 +612,16 @@ void JobRunner::ReporterMain() {
       kMaxLogPost);
   // Metric lines go the same way as the log, complete lines only; a line
   // the server refuses ends the metrics, not the job.
-  int metrics_fd = ::open(paths_.metrics.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // Never blocking, never through a link: the job owns the directory and
+  // could put a FIFO or a link where the file was.
+  int metrics_fd = ::open(paths_.metrics.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (metrics_fd >= 0) {
+    struct stat sb {};
+    if (::fstat(metrics_fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      ::close(metrics_fd);
+      metrics_fd = -1;
+    }
+  }
   bool metrics_broken = false;
   LogShipper metrics(
       metrics_fd,
@@ -718,10 +727,11 @@ void JobRunner::ReporterMain() {
     if (c == Call::kOk) {
       spdlog::info("job {} attempt {}: reported exit (exit_code {}, reason \"{}\")", job_.id,
                    job_.attempt, outcome.exit_code.value_or(-1), outcome.reason);
-      // The server has the outputs now; the log and checkpoint stay.
+      // The server has the outputs and the checkpoint now; the log stays.
       std::error_code ec;
       fs::remove_all(paths_.work, ec);
       fs::remove_all(paths_.output, ec);
+      fs::remove_all(paths_.checkpoint, ec);
     }
   }
   finish();

@@ -155,10 +155,6 @@ Result<BatchSpec> BatchSpecFromJson(const json& j) {
   if (tmpl == nullptr && r.status().ok()) r.Fail("template", "is required: the job spec of every trial");
   if (tmpl != nullptr) {
     b.job_template = *tmpl;
-    // Fields of a trial the batch sets, not the template.
-    for (const char* k : {"depends_on"}) {
-      if (tmpl->contains(k)) r.Fail(std::string("template.") + k, "is not allowed in a batch template");
-    }
   }
   std::set<std::string> ids;
   const json* jobs = r.Raw("jobs");

@@ -123,8 +123,6 @@ TEST(BatchSpecTest, BadFilesAreRefusedNamingTheField) {
   ExpectBad(J(R"({"template": {"command": "x", "resources": {"gpu_count": "{g}"}},
                  "jobs": [{"g": 1}, {"id": "bad", "g": 0}]})"),
             "template.resources.gpu_count", "trial bad");
-  ExpectBad(J(R"({"template": {"command": "x", "depends_on": []}, "jobs": [{}]})"),
-            "template.depends_on");
 }
 
 TEST(BatchSpecTest, TooLargeGridsAreRefusedBeforeExpanding) {

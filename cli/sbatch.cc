@@ -70,6 +70,9 @@ Status ReadOptions(const std::vector<std::string>& words, int line, const std::s
     const std::string& w = words[i];
     std::string name, value;
     bool has_value = false;
+    if (w.size() < 2 || w[0] != '-') {
+      return Status::InvalidArgument(Where(file, line) + ": \"" + w + "\" is not an sbatch option");
+    }
     if (w.rfind("--", 0) == 0) {
       name = w.substr(2);
       size_t eq = name.find('=');
@@ -156,7 +159,7 @@ Result<int64_t> SlurmMemoryMb(const std::string& text, const std::string& what) 
     digits.pop_back();
     scale_kb = u == 'K' ? 1 : u == 'M' ? 1024 : u == 'G' ? 1024 * 1024 : u == 'T' ? 1024LL * 1024 * 1024 : -1;
   }
-  if (scale_kb < 0 || digits.empty() || digits.size() > 12 ||
+  if (scale_kb < 0 || digits.empty() || digits.size() > 9 ||
       digits.find_first_not_of("0123456789") != std::string::npos) {
     return Status::InvalidArgument(what + ": \"" + text + "\" is not a size like 16G or 4000M");
   }
@@ -357,6 +360,7 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
   for (const auto& o : opts) last[o.name] = o;
 
   SbatchPlan plan;
+  plan.parsable = last.count("parsable") > 0;
   auto where = [&](const Opt& o) { return Where(filename, o.line); };
   auto fail = [&](const Opt& o, const std::string& why) {
     return Status::InvalidArgument(where(o) + ": --" + o.name + ": " + why);
@@ -441,6 +445,7 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
   if (const Opt* o = get("cpus-per-task")) {
     auto n = PositiveInt(o->value, "--cpus-per-task");
     if (!n.ok()) return fail(*o, "must be a positive number");
+    if (static_cast<int64_t>(*n) * tasks_per_node > 100'000) return fail(*o, "is more CPUs than any node has");
     cpus = *n * tasks_per_node;
     res["cpus"] = cpus;
   }
@@ -531,8 +536,8 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
   }
   if (const Opt* o = get("nice")) {
     try {
-      int n = std::stoi(o->value);
-      spec["priority"] = std::clamp(-n, -api::kMaxPriority, api::kMaxPriority);
+      int64_t n = std::stoll(o->value);
+      spec["priority"] = std::clamp<int64_t>(-n, -api::kMaxPriority, api::kMaxPriority);
     } catch (...) {
       return fail(*o, "must be a number");
     }
@@ -667,12 +672,14 @@ int RunSbatch(const SbatchArgs& args) {
       script_args.push_back(w);
       continue;
     }
-    if (w == "--parsable") continue;
-    if (!w.empty() && w[0] == '-') {
+    if (w.size() >= 2 && w[0] == '-') {
       options.push_back(w);
       // "--opt value" and "-X value": the value is the next word.
       bool inline_value = w.find('=') != std::string::npos || (w[1] != '-' && w.size() > 2);
-      std::string name = w[1] == '-' ? w.substr(2, w.find('=') - 2) : "";
+      std::string name = w[1] == '-' ? w.substr(2, w.find('=') == std::string::npos
+                                                        ? std::string::npos
+                                                        : w.find('=') - 2)
+                                     : "";
       if (w[1] != '-') {
         for (const auto& [n, info] : Options()) {
           if (info.letter == w[1]) name = n;
@@ -725,7 +732,7 @@ int RunSbatch(const SbatchArgs& args) {
     if (!job.ok()) return PrintError(job.status());
     id = job->id;
   }
-  if (args.parsable) {
+  if (args.parsable || plan->parsable) {
     std::cout << id << "\n";
   } else {
     std::cout << "Submitted batch job " << id << "\n";

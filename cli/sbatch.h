@@ -22,6 +22,7 @@ struct SbatchPlan {
   bool array = false;
   nlohmann::json batch;
   std::vector<std::string> warnings;  // "script.sh:3: --mail-type: ignored (...)"
+  bool parsable = false;              // --parsable among the directives or options
 };
 
 // `script` is the file's text, `filename` its name (for messages and the

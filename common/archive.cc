@@ -100,30 +100,18 @@ Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit 
 }  // namespace
 
 namespace {
-// The whole content of the regular file `path`, which must not be a link.
-Result<std::string> ReadNoFollow(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+// Opens the regular file `path` for reading, never through a link and never
+// blocking (a FIFO put in its place is refused, not waited on).
+Result<int> OpenRegular(const std::string& path, int64_t* size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
   struct stat sb {};
   if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     ::close(fd);
     return Status::InvalidArgument(path + " is not a regular file");
   }
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      return Status::Internal("read " + path + ": " + std::strerror(e));
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return data;
+  *size = sb.st_size;
+  return fd;
 }
 }  // namespace
 
@@ -164,20 +152,41 @@ Result<std::string> PackDirectory(const std::string& dir, const PackOptions& opt
         return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
     } else if (fs::is_regular_file(st)) {
-      auto content = ReadNoFollow(p.string());
-      if (!content.ok()) {
+      int64_t size = 0;
+      auto fd = OpenRegular(p.string(), &size);
+      if (!fd.ok()) {
         if (options.skip_other_files) continue;  // replaced by a link since the walk
-        return content.status();
+        return fd.status();
+      }
+      // Compressed output never exceeds what is read by much: refuse
+      // before reading what could not fit anyway.
+      if (size > options.max_bytes || static_cast<int64_t>(out.size()) > options.max_bytes - size / 2) {
+        ::close(*fd);
+        return Status::TooLarge(dir + " packs to more than " +
+                                std::to_string(options.max_bytes >> 20) + " MiB");
       }
       archive_entry_set_filetype(e.get(), AE_IFREG);
       bool exec = (static_cast<unsigned>(st.permissions()) & 0100) != 0;
       archive_entry_set_perm(e.get(), exec ? 0755 : 0644);
-      archive_entry_set_size(e.get(), static_cast<la_int64_t>(content->size()));
-      if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN ||
-          (!content->empty() &&
-           archive_write_data(w.get(), content->data(), content->size()) < 0)) {
+      archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
+      if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN) {
+        ::close(*fd);
         return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
       }
+      // In pieces, never more than the size the header promised.
+      std::string buf(1 << 20, '\0');
+      int64_t left = size;
+      while (left > 0) {
+        ssize_t n = ::read(*fd, buf.data(), static_cast<size_t>(std::min<int64_t>(left, buf.size())));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;  // shrank while read: the rest is padded by libarchive
+        if (archive_write_data(w.get(), buf.data(), static_cast<size_t>(n)) < 0) {
+          ::close(*fd);
+          return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
+        }
+        left -= n;
+      }
+      ::close(*fd);
     } else {
       if (options.skip_other_files) continue;
       return Status::InvalidArgument("code directory contains a special file: " + rel);

@@ -42,13 +42,10 @@ void Core::CountTrialLocked(const Job& job, JobStatus from, JobStatus to) {
   if (!api::IsTerminal(from) && api::IsTerminal(to)) b.open -= 1;
 }
 
-void Core::RecoverBatchesLocked(const store::Contents& contents) {
+Status Core::RecoverBatchesLocked(const store::Contents& contents) {
   for (const auto& row : contents.batches) {
     auto b = api::BatchFromJson(nlohmann::json::parse(row.doc, nullptr, false));
-    if (!b.ok()) {
-      spdlog::error("batch {} unreadable, skipped: {}", row.id, b.status().ToString());
-      continue;
-    }
+    if (!b.ok()) return b.status().WithContext("batch " + row.id);
     batches_[row.id].batch = std::move(b).value();
   }
   // job_order_ is submission order, which is the order of each batch's file.
@@ -60,11 +57,15 @@ void Core::RecoverBatchesLocked(const store::Contents& contents) {
     }
     if (e.job.batch.empty()) continue;
     auto b = batches_.find(e.job.batch);
-    if (b == batches_.end()) continue;
+    if (b == batches_.end()) {
+      return Status::Internal("job " + id + " is a trial of batch " + e.job.batch +
+                              ", which the store does not hold");
+    }
     b->second.jobs.push_back(id);
     if (!api::IsTerminal(e.job.status)) b->second.open += 1;
     if (Active(e.job.status)) b->second.active += 1;
   }
+  return Status::Ok();
 }
 
 // ------------------------------------------------------------------ commands
@@ -145,10 +146,11 @@ Result<std::pair<BatchInfo, bool>> Core::SubmitBatch(const Caller& caller, const
     PersistBatch(b, batch);
     b.jobs.reserve(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
+      // Trial ids sort in the file's order (the store reads jobs back by
+      // creation time, then id, and a batch's trials share their time).
       Job job;
-      do {
-        job.id = NewId("j-");
-      } while (jobs_.count(job.id));
+      std::string n = std::to_string(i + 1);
+      job.id = "j-" + id.substr(2) + "-" + std::string(n.size() < 5 ? 5 - n.size() : 0, '0') + n;
       job.owner = caller.subject;
       job.spec = std::move(specs[i]);
       job.spec.tags.push_back("batch:" + id);
@@ -238,6 +240,9 @@ void Core::GateQueueLocked(store::WriteBatch& batch) {
     Micros budget_left = 0;
     bool budget = false;
     bool admitted = false;
+    // The most a trial may cost, for trials asking for the same: the
+    // price of the dearest node they fit is worth computing once.
+    std::unordered_map<std::string, Micros> need;
   };
   std::unordered_map<std::string, Room> rooms;
   std::vector<std::pair<std::string, std::string>> never;  // job, reason
@@ -270,7 +275,19 @@ void Core::GateQueueLocked(store::WriteBatch& batch) {
           }
         }
       }
-      Micros need = room.budget ? AttemptCapLocked(e.job.spec, MaxRateLocked(e.job.spec)) : 0;
+      Micros need = 0;
+      if (room.slots > 0 && room.budget) {
+        const api::JobSpec& s = e.job.spec;
+        std::string key = std::to_string(s.resources.gpu_count) + "x" + std::to_string(s.resources.nodes) +
+                          ":" + std::to_string(s.resources.gpu_memory_mb) + ":" + s.tier + ":" +
+                          std::to_string(s.max_price) + ":" + std::to_string(s.max_runtime_s) + ":" +
+                          std::to_string(s.grace_s) + ":" + std::to_string(s.max_cost);
+        for (const auto& t : s.resources.gpu_types) key += ":" + t;
+        for (const auto& [k, v] : s.constraints) key += ";" + k + "=" + v;
+        auto [it, fresh_need] = room.need.try_emplace(key, 0);
+        if (fresh_need) it->second = AttemptCapLocked(s, MaxRateLocked(s));
+        need = it->second;
+      }
       if (room.slots <= 0) {
         wait = "batch " + b.batch.id + ": " + std::to_string(b.active) + " of max_concurrent " +
                std::to_string(b.batch.max_concurrent) + " trials running";

@@ -287,6 +287,9 @@ TEST_F(ExperimentTest, ABatchSurvivesARestart) {
   EXPECT_EQ(info.escrow, 50 * kMicrosPerCredit);
   EXPECT_EQ(info.batch.max_concurrent, 1);
   EXPECT_TRUE(core_->PollWork(n1, 0)->assignments.empty()) << "still at most one";
+  auto trials = TrialsOf(alice, batch);
+  ASSERT_EQ(trials.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(trials[i].trial, "t" + std::to_string(i)) << "in the file's order";
   ExpectBalanced();
 }
 

@@ -93,8 +93,25 @@ Result<std::string> BlobStore::ReadLog(const std::string& job, int attempt, int 
   return out;
 }
 
-Status BlobStore::PutCheckpoint(const std::string& job, int rank, std::string_view archive) {
-  return WriteFileAtomic(CheckpointPath(job, rank), archive);
+static std::string Staged(const std::string& path, int attempt) {
+  return path + ".attempt" + std::to_string(attempt) + ".staged";
+}
+
+Status BlobStore::StageCheckpoint(const std::string& job, int rank, int attempt,
+                                  std::string_view archive) {
+  return WriteFileAtomic(Staged(CheckpointPath(job, rank), attempt), archive);
+}
+
+Status BlobStore::CommitCheckpoint(const std::string& job, int rank, int attempt) {
+  const std::string path = CheckpointPath(job, rank);
+  if (::rename(Staged(path, attempt).c_str(), path.c_str()) != 0) {
+    return Status::Internal("commit checkpoint " + path + ": " + strerror(errno));
+  }
+  return Status::Ok();
+}
+
+void BlobStore::DiscardCheckpoint(const std::string& job, int rank, int attempt) {
+  ::unlink(Staged(CheckpointPath(job, rank), attempt).c_str());
 }
 
 Result<std::string> BlobStore::GetCheckpoint(const std::string& job, int rank) {

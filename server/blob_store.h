@@ -47,9 +47,13 @@ class BlobStore {
   Result<std::string> ReadLog(const std::string& job, int attempt, int rank, int64_t offset,
                               int64_t max = 64 << 20, Stream stream = Stream::kLog);
 
-  // Replaces the checkpoint of (job, rank) with `archive` atomically: a
-  // reader sees the old one or the new one, never part of one.
-  Status PutCheckpoint(const std::string& job, int rank, std::string_view archive);
+  // Writes `archive` beside the checkpoint of (job, rank) for `attempt`;
+  // CommitCheckpoint then replaces the checkpoint with it atomically (a
+  // reader sees the old one or the new one, never part of one), or
+  // DiscardCheckpoint drops it.
+  Status StageCheckpoint(const std::string& job, int rank, int attempt, std::string_view archive);
+  Status CommitCheckpoint(const std::string& job, int rank, int attempt);
+  void DiscardCheckpoint(const std::string& job, int rank, int attempt);
   // NotFound if the rank has none.
   Result<std::string> GetCheckpoint(const std::string& job, int rank);
 

@@ -147,7 +147,7 @@ Status Core::Recover() {
       }
     }
   }
-  RecoverBatchesLocked(*contents);
+  TIDE_RETURN_IF_ERROR(RecoverBatchesLocked(*contents));
   RecoverMoneyLocked(*contents);
   for (const auto& row : contents->settings) {
     if (row.key.rfind("weight:", 0) != 0) continue;
@@ -1270,7 +1270,7 @@ Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& j
 }
 
 Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
-                              int64_t bytes) {
+                              int64_t bytes, const std::function<Status()>& commit) {
   return Run([&](store::WriteBatch& batch) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
@@ -1278,6 +1278,9 @@ Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job
     if (e.job.attempt != attempt || RankOn(e.job, node_id) < 0) {
       return Status::Conflict("job " + job_id + " attempt " + std::to_string(attempt) +
                               " is not leased to this node");
+    }
+    if (commit) {
+      TIDE_RETURN_IF_ERROR(commit());
     }
     e.job.checkpoint_attempt = attempt;
     e.job.checkpoint_bytes = bytes;

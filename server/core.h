@@ -261,10 +261,11 @@ class Core {
   Result<int> CheckAgentJob(const std::string& node_id, const std::string& job_id, int attempt,
                        bool current_only = false) const;
 
-  // The agent of `node_id` stored a checkpoint of `bytes` for the current
-  // attempt `attempt` of `job_id`.
+  // The agent of `node_id` uploaded a checkpoint of `bytes` for attempt
+  // `attempt` of `job_id`: if that attempt is still the node's, `commit`
+  // (which puts it in place) runs and the job records it.
   Status RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
-                          int64_t bytes);
+                          int64_t bytes, const std::function<Status()>& commit = nullptr);
 
   // --- change notification (log appends, state changes) ---
   uint64_t epoch() const;
@@ -383,13 +384,13 @@ class Core {
   void GateQueueLocked(store::WriteBatch& batch);
   // How a dependency of a queued job stands: 1 met, 0 not yet, -1 never.
   int DependencyStateLocked(const api::JobSpec::Dependency& dep) const;
-  void RecoverBatchesLocked(const store::Contents& contents);
+  Status RecoverBatchesLocked(const store::Contents& contents);
 
   // --- money (server/money.cc); the caller holds state_mu_ exclusively ---
   // The escrow account a job's charges come from: its own, or its batch's.
   static std::string EscrowOf(const api::Job& job);
   // What the current attempt may still be charged: the escrow's balance,
-  // for a trial also bounded by its own max_cost.
+  // for a trial also bounded by its attempt's cap and its own max_cost.
   ledger::Micros SpendableLocked(const JobEntry& e) const;
   // What one attempt of `spec` at `rate` may cost at most (without retries).
   ledger::Micros AttemptCapLocked(const api::JobSpec& spec, ledger::Micros rate) const;

@@ -219,8 +219,13 @@ std::string Core::EscrowOf(const api::Job& job) {
 
 Micros Core::SpendableLocked(const JobEntry& e) const {
   Micros left = ledger_.Balance(EscrowOf(e.job));
-  if (!e.job.batch.empty() && e.job.spec.max_cost > 0) {
-    left = std::min(left, std::max<Micros>(0, e.job.spec.max_cost - ChargedLocked(e.job)));
+  if (!e.job.batch.empty()) {
+    // A trial shares its batch's escrow but may not take more than was
+    // reckoned for it: its attempt's cap, and in all its max_cost.
+    left = std::min(left, AttemptReserveLocked(e));
+    if (e.job.spec.max_cost > 0) {
+      left = std::min(left, std::max<Micros>(0, e.job.spec.max_cost - ChargedLocked(e.job)));
+    }
   }
   return left;
 }
@@ -314,16 +319,18 @@ void Core::MeterAllLocked(store::WriteBatch& batch) {
       bool budget_bound = runtime_cap < 0 || (spec.max_cost > 0 && spec.max_cost < runtime_cap);
       Micros grace_cost = ledger::CostOf(burn, std::max<int64_t>(spec.grace_s, 1) * 1000 + 2'000);
       Micros left = SpendableLocked(e);
-      // A trial draws on its batch's escrow: its budget bounds it, or
-      // its own max_cost.
+      // A trial also stops when its batch's budget runs out (the gate
+      // makes that rare: it starts only trials the budget can pay for).
+      bool batch_dry = false;
       if (!e.job.batch.empty()) {
-        const BatchEntry& b = batches_.at(e.job.batch);
-        budget_bound = budget_bound || b.batch.budget > 0;
+        auto b = batches_.find(e.job.batch);
+        batch_dry = b != batches_.end() && b->second.batch.budget > 0 &&
+                    ledger_.Balance(EscrowOf(e.job)) <= grace_cost;
       }
       auto cap = daily_caps_.find(e.job.owner);
       bool over_day = cap != daily_caps_.end() &&
                       SpentTodayLocked(e.job.owner, now) + grace_cost >= cap->second;
-      if (!over_day && (!budget_bound || left > grace_cost)) continue;
+      if (!over_day && !batch_dry && (!budget_bound || left > grace_cost)) continue;
       spdlog::info("job {} reached {} ({} credits left of its escrow); stopping it", job_id,
                    over_day ? "its account's daily cap" : "its budget", ledger::FormatCredits(left));
       e.job.cancel_requested = true;

@@ -120,11 +120,18 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
       }
       Status valid = ValidateArchive(req.body);
       if (!valid.ok()) return ErrorResponse(Status::InvalidArgument(valid.message(), "body"));
-      Status st = blobs_->PutCheckpoint(job_id, *rank, req.body);
+      // Written beside the current one first (the slow part, outside the
+      // core), then put in place by the core once it has checked again that
+      // the attempt is still this node's.
+      const int att = static_cast<int>(*attempt);
+      Status st = blobs_->StageCheckpoint(job_id, *rank, att, req.body);
       if (!st.ok()) return ErrorResponse(st);
-      st = core_->RecordCheckpoint(node_id, job_id, static_cast<int>(*attempt),
-                                   static_cast<int64_t>(req.body.size()));
-      if (!st.ok()) return ErrorResponse(st);
+      st = core_->RecordCheckpoint(node_id, job_id, att, static_cast<int64_t>(req.body.size()),
+                                   [&] { return blobs_->CommitCheckpoint(job_id, *rank, att); });
+      if (!st.ok()) {
+        blobs_->DiscardCheckpoint(job_id, *rank, att);
+        return ErrorResponse(st);
+      }
       return JsonResponse(200, {{"bytes", req.body.size()}});
     }
     if (what == "outputs" && req.method == "PUT") {
