@@ -3,12 +3,16 @@
 //   1. durable submissions per second: C connections, each POSTs jobs one per
 //      request and waits for the 201 (which means the job is in the store);
 //   2. submit-to-running latency on an idle cluster: one job at a time, from
-//      the server's created_at to the agent's "running" report (started_at).
+//      the server's created_at to the agent's "running" report (started_at);
+//   3. one batch of N trials (a 100 x N/100 grid, max_concurrent 8): the time
+//      to its 201 (every trial durable) and to list every trial, then to
+//      cancel it.
 //
 // It starts `tide server` and one `tide agent` (fake GPUs) in a temp dir,
 // prints its figures and stops both by pid.
 //
 //   tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]
+//             [--priced on|off] [--batch-trials 10000]
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -67,7 +71,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   std::string tide_bin;
-  int connections = 8, jobs = 4000, latency_jobs = 50;
+  int connections = 8, jobs = 4000, latency_jobs = 50, batch_trials = 10'000;
   bool priced = false;  // --priced on: every submission holds escrow in the ledger
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
     else if (a == "--connections") connections = atoi(argv[i + 1]);
     else if (a == "--jobs") jobs = atoi(argv[i + 1]);
     else if (a == "--latency-jobs") latency_jobs = atoi(argv[i + 1]);
+    else if (a == "--batch-trials") batch_trials = atoi(argv[i + 1]);
     else if (a == "--priced") priced = std::string(argv[i + 1]) == "on";
     else {
       fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -178,6 +183,44 @@ int main(int argc, char** argv) {
   }
   printf("submit-to-running latency over %zu jobs: p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
          lat.size(), Percentile(lat, 50), Percentile(lat, 99), Percentile(lat, 100));
+  // 3. One batch, one request.
+  if (batch_trials >= 100) {
+    nlohmann::json grid = {{"a", nlohmann::json::array()}, {"b", nlohmann::json::array()}};
+    for (int i = 0; i < 100; ++i) grid["a"].push_back(i);
+    for (int i = 0; i < batch_trials / 100; ++i) grid["b"].push_back(i);
+    nlohmann::json file = {{"experiment_batch", "load"},
+                           {"max_concurrent", 8},
+                           {"template", {{"command", "sleep 1 # {a} {b}"},
+                                         {"resources", {{"gpu_count", 1}}},
+                                         {"max_runtime", "1m"}}},
+                           {"grid", grid}};
+    auto b0 = Clock::now();
+    auto batch = client->Call("POST", "/v1/batches", file, 300'000);
+    double accept = std::chrono::duration<double>(Clock::now() - b0).count();
+    if (!batch.ok()) {
+      fprintf(stderr, "batch refused: %s\n", batch.status().ToString().c_str());
+    } else {
+      const std::string id = (*batch)["id"];
+      size_t listed = 0;
+      std::string after;
+      while (true) {
+        auto page = client->Call("GET", "/v1/jobs?batch=" + id + "&limit=1000" +
+                                            (after.empty() ? "" : "&after=" + after));
+        if (!page.ok()) break;
+        listed += (*page)["jobs"].size();
+        after = (*page)["next"];
+        if (after.empty()) break;
+      }
+      double visible = std::chrono::duration<double>(Clock::now() - b0).count();
+      auto c0 = Clock::now();
+      auto cancelled = client->Call("POST", "/v1/batches/" + id + "/cancel", nlohmann::json::object(), 300'000);
+      double cancel = std::chrono::duration<double>(Clock::now() - c0).count();
+      printf("one batch of %d trials: accepted (durable) in %.2f s, %zu trials listed after %.2f s, "
+             "cancelled in %.2f s%s\n",
+             (*batch)["trials"].get<int>(), accept, listed, visible, cancel,
+             cancelled.ok() ? "" : " (cancel failed)");
+    }
+  }
   Stop(agent);
   Stop(server);
   if (!getenv("TIDE_LOAD_KEEP")) std::system(("rm -rf " + dir).c_str());

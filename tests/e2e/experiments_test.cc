@@ -88,8 +88,10 @@ std::vector<int> Steps(const json& metrics) {
 TEST_F(ExperimentsTest, AnEvictedJobResumesFromItsCheckpointOnTheOtherAgent) {
   // No periodic upload in this attempt: what it resumes from is the upload
   // after the notice.
-  std::string id = SubmitOk(*client_,
-                            {{"command", kCounter}, {"grace", "10s"}, {"checkpoint_interval", "1h"}});
+  std::string id = SubmitOk(*client_, {{"command", kCounter},
+                                       {"grace", "10s"},
+                                       {"checkpoint_interval", "1h"},
+                                       {"retry_times", 2}});
   api::Job running;
   ASSERT_TRUE(Eventually([&] {
     running = *client_->GetJob(id);
@@ -148,7 +150,8 @@ TEST_F(ExperimentsTest, AnEvictedJobResumesFromItsCheckpointOnTheOtherAgent) {
 }
 
 TEST_F(ExperimentsTest, AKilledAgentsJobResumesFromAPeriodicCheckpoint) {
-  std::string id = SubmitOk(*client_, {{"command", kCounter}, {"env", {{"STEPS", "60"}}}});
+  std::string id =
+      SubmitOk(*client_, {{"command", kCounter}, {"env", {{"STEPS", "60"}}}, {"retry_times", 2}});
   api::Job running;
   ASSERT_TRUE(Eventually([&] {
     running = *client_->GetJob(id);
@@ -161,6 +164,7 @@ TEST_F(ExperimentsTest, AKilledAgentsJobResumesFromAPeriodicCheckpoint) {
   api::Job done = WaitTerminal(*client_, id, std::chrono::seconds(90));
   ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason;
   EXPECT_EQ(done.attempts[0].reason, "node_lost");
+  EXPECT_EQ(done.retries, 0) << "a lost node uses no retry";
   auto log2 = client_->GetLogs(id, 2);
   ASSERT_TRUE(log2.ok());
   EXPECT_NE(log2->find("restored the checkpoint of attempt 1"), std::string::npos) << *log2;

@@ -74,7 +74,7 @@ TEST_F(PytorchTest, TrainsToCompletionWithDownloadableModels) {
 
 TEST_F(PytorchTest, APreemptedRunResumesFromItsCheckpointOnTheOtherAgent) {
   cluster_.StartAgent("a", "1xRTX4090:24GB");
-  std::string id = Submit({});  // spot
+  std::string id = Submit({"--retry-times", "1"});  // spot
   ASSERT_TRUE(Eventually([&] { return Epochs(*client_, id).size() >= 2; }, std::chrono::seconds(90)));
   // On-demand work for the only GPU preempts it; it resumes on b.
   std::string blocker = SubmitOk(*client_, {{"command", "sleep 120"}, {"grace", 0}});
@@ -86,6 +86,7 @@ TEST_F(PytorchTest, APreemptedRunResumesFromItsCheckpointOnTheOtherAgent) {
   ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason;
   ASSERT_EQ(done.attempts.size(), 2u);
   EXPECT_EQ(done.attempts[0].reason, "preempted");
+  EXPECT_EQ(done.retries, 0) << "a preemption uses no retry";
   EXPECT_NE(done.attempts[1].node_id, done.attempts[0].node_id);
   // Exactly the configured epochs, each once, the loss going on from
   // where it was.
