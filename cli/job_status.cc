@@ -85,6 +85,32 @@ void PrintHuman(const json& job) {
   if (int64_t p = JsonInt(job, "priority"); p != 0) row("Priority", std::to_string(p));
   row("Exit code", ExitCode(job));
   row("Attempt", std::to_string(JsonInt(job, "attempt")));
+  if (int64_t retry_times = JsonInt(job, "retry_times"); retry_times > 0) {
+    row("Retries", std::to_string(JsonInt(job, "retries")) + " of " + std::to_string(retry_times));
+  }
+  if (!JsonString(job, "batch").empty()) {
+    std::string params;
+    if (job.contains("params") && job["params"].is_object()) {
+      for (const auto& [k, v] : job["params"].items()) {
+        params += (params.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    }
+    row("Batch", JsonString(job, "batch") + ", trial " + JsonString(job, "trial") +
+                     (params.empty() ? "" : " (" + params + ")"));
+  }
+  if (job.contains("checkpoint") && job["checkpoint"].is_object()) {
+    const json& c = job["checkpoint"];
+    row("Checkpoint", FormatBytes(JsonInt(c, "bytes")) + " from attempt " +
+                          std::to_string(JsonInt(c, "attempt")) + ", saved " +
+                          FormatAge(now, JsonInt(c, "at")) + " ago");
+  }
+  if (job.contains("depends_on") && job["depends_on"].is_array() && !job["depends_on"].empty()) {
+    std::string deps;
+    for (const auto& d : job["depends_on"]) {
+      deps += (deps.empty() ? "" : ", ") + JsonString(d, "condition") + ":" + JsonString(d, "job");
+    }
+    row("Depends on", deps);
+  }
   row("Node", JsonString(job, "node_id"));
   std::string gpus = IntList(job, "gpus");
   row("GPUs", FormatJobGpus(job) + (gpus == "-" ? "" : "  (assigned: " + gpus + ")"));

@@ -223,6 +223,7 @@ TEST_F(ExperimentsTest, AFailedAttemptIsRetriedWithTheResumedVariables) {
   EXPECT_NE(client_->GetLogs(id, 2)->find("attempt=2 resumed=1 why=exit_code:3"), std::string::npos);
   CliResult status = cluster_.Cli({"status", id}, token_);
   EXPECT_NE(status.out.find("exit_code:3"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("Retries       1 of 2"), std::string::npos) << status.out;
 }
 
 TEST_F(ExperimentsTest, ABatchRunsWithinItsConcurrencyAndReportsResults) {
