@@ -1,0 +1,314 @@
+#include "agent/runtime/cgroup.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/paths.h"
+
+namespace tide::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The v1 controllers a job's cgroup uses.
+const char* const kV1Controllers[] = {"memory", "cpu", "pids", "freezer"};
+
+Status WriteValue(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  if (!out) return Status::Internal("open " + path + ": " + std::strerror(errno));
+  out << value;
+  out.flush();
+  if (!out) return Status::Internal("write \"" + value + "\" to " + path + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+std::string ReadValue(const std::string& path) {
+  auto text = ReadFile(path);
+  return text.ok() ? *text : "";
+}
+
+// "key value" lines (memory.events, cpu.stat, memory.oom_control).
+int64_t Field(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string k;
+  int64_t v;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return 0;
+}
+
+Status MakeDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::Internal("create cgroup " + dir + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+bool IsSafeKey(const std::string& key) {
+  if (key.empty() || key.size() > 200 || key[0] == '.') return false;
+  for (char c : key) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+std::vector<pid_t> ReadPids(const std::string& dir) {
+  std::vector<pid_t> out;
+  std::istringstream in(ReadValue(dir + "/cgroup.procs"));
+  pid_t p;
+  while (in >> p) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+bool CgroupLayout::v2_limits() const {
+  return !v2_dir.empty() && v2_controllers.count("memory") && v2_controllers.count("cpu") &&
+         v2_controllers.count("pids");
+}
+
+std::string CgroupLayout::Describe() const {
+  std::string out;
+  if (v2_limits()) {
+    out = "cgroup v2 at " + v2_dir + " (memory, cpu, pids limits; cgroup.kill)";
+  } else {
+    std::string v1;
+    for (const auto& [c, d] : v1_dirs) v1 += (v1.empty() ? "" : ", ") + c;
+    out = "hybrid cgroups: v1 " + (v1.empty() ? std::string("none") : v1) + "; v2 " +
+          (v2_dir.empty() ? std::string("none") : v2_dir + " without controllers (cgroup.kill)");
+  }
+  return out;
+}
+
+Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::string& root) {
+  // Mount points: field 5 of mountinfo, the filesystem type after " - ",
+  // and for v1 the controllers in the super options.
+  std::string v2_mount;
+  std::map<std::string, std::string> v1_mounts;
+  {
+    std::istringstream in(ReadValue(proc_self + "/mountinfo"));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string id, parent, dev, rootdir, mount;
+      f >> id >> parent >> dev >> rootdir >> mount;
+      size_t dash = line.find(" - ");
+      if (dash == std::string::npos) continue;
+      std::istringstream tail(line.substr(dash + 3));
+      std::string type, source, options;
+      tail >> type >> source >> options;
+      if (type == "cgroup2") {
+        if (v2_mount.empty()) v2_mount = mount;
+      } else if (type == "cgroup") {
+        std::istringstream opts(options);
+        std::string opt;
+        while (std::getline(opts, opt, ',')) {
+          for (const char* c : kV1Controllers) {
+            if (opt == c && !v1_mounts.count(c)) v1_mounts[c] = mount;
+          }
+        }
+      }
+    }
+  }
+  CgroupLayout layout;
+  // Our path in each: "0::/path" for v2, "N:ctrl[,ctrl]:/path" for v1.
+  std::istringstream in(ReadValue(proc_self + "/cgroup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t a = line.find(':');
+    size_t b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (path == "/") path = "";
+    if (controllers.empty()) {
+      if (!v2_mount.empty()) layout.v2_dir = root + v2_mount + path;
+      continue;
+    }
+    std::istringstream cs(controllers);
+    std::string c;
+    while (std::getline(cs, c, ',')) {
+      auto m = v1_mounts.find(c);
+      if (m != v1_mounts.end()) layout.v1_dirs[c] = root + m->second + path;
+    }
+  }
+  if (!layout.v2_dir.empty()) {
+    std::istringstream cs(ReadValue(layout.v2_dir + "/cgroup.controllers"));
+    std::string c;
+    while (cs >> c) layout.v2_controllers.insert(c);
+  }
+  if (layout.v2_dir.empty() && layout.v1_dirs.empty()) {
+    return Status::Unavailable("no cgroup hierarchy is mounted (" + proc_self + "/mountinfo)");
+  }
+  return layout;
+}
+
+// ------------------------------------------------------------------ manager
+
+Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout& layout,
+                                                             const std::string& name) {
+  if (!IsSafeKey(name)) return Status::InvalidArgument("bad cgroup name \"" + name + "\"");
+  std::unique_ptr<CgroupManager> m(new CgroupManager);
+  m->layout_ = layout;
+  if (!layout.v2_dir.empty()) {
+    m->v2_base_ = layout.v2_dir + "/" + name;
+    TIDE_RETURN_IF_ERROR(MakeDir(m->v2_base_));
+    if (layout.v2_limits()) {
+      // A cgroup with processes may not hand controllers to children: the
+      // agent moves into its own leaf first, then both levels delegate.
+      TIDE_RETURN_IF_ERROR(MakeDir(m->v2_base_ + "/agent"));
+      TIDE_RETURN_IF_ERROR(WriteValue(m->v2_base_ + "/agent/cgroup.procs", std::to_string(::getpid())));
+      for (const std::string& dir : {layout.v2_dir, m->v2_base_}) {
+        TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cgroup.subtree_control", "+memory +cpu +pids"));
+      }
+    }
+  }
+  if (!layout.v2_limits()) {
+    for (const char* c : kV1Controllers) {
+      auto d = layout.v1_dirs.find(c);
+      if (d == layout.v1_dirs.end()) continue;
+      m->v1_base_[c] = d->second + "/" + name;
+      TIDE_RETURN_IF_ERROR(MakeDir(m->v1_base_[c]));
+    }
+  }
+  return m;
+}
+
+CgroupManager::~CgroupManager() {
+  // Only empty directories go; a job cgroup still in use stays.
+  if (!v2_base_.empty()) {
+    ::rmdir((v2_base_ + "/agent").c_str());  // fails while the agent is in it
+    ::rmdir(v2_base_.c_str());
+  }
+  for (const auto& [c, d] : v1_base_) ::rmdir(d.c_str());
+}
+
+Result<std::unique_ptr<JobCgroup>> CgroupManager::CreateJob(const std::string& key,
+                                                            const CgroupLimits& limits) {
+  if (!IsSafeKey(key)) return Status::InvalidArgument("bad cgroup name \"" + key + "\"");
+  std::unique_ptr<JobCgroup> job(new JobCgroup);
+  const int64_t period = 100'000;  // µs
+  const int64_t quota = limits.cpus > 0 ? std::max<int64_t>(1000, std::llround(limits.cpus * period)) : 0;
+  if (!v2_base_.empty()) {
+    job->v2_ = v2_base_ + "/" + key;
+    job->v2_limits_ = layout_.v2_limits();
+    TIDE_RETURN_IF_ERROR(MakeDir(job->v2_));
+    if (job->v2_limits_) {
+      TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/memory.max",
+                                      limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes) : "max"));
+      // No swap: past the limit the job meets the OOM killer, not the disk.
+      if (limits.memory_bytes > 0 && fs::exists(job->v2_ + "/memory.swap.max")) {
+        TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/memory.swap.max", "0"));
+      }
+      TIDE_RETURN_IF_ERROR(WriteValue(
+          job->v2_ + "/cpu.max", (quota > 0 ? std::to_string(quota) : "max") + " " + std::to_string(period)));
+      TIDE_RETURN_IF_ERROR(
+          WriteValue(job->v2_ + "/pids.max", limits.pids > 0 ? std::to_string(limits.pids) : "max"));
+    }
+  }
+  for (const auto& [c, base] : v1_base_) {
+    std::string dir = base + "/" + key;
+    TIDE_RETURN_IF_ERROR(MakeDir(dir));
+    job->v1_[c] = dir;
+    if (c == "memory" && limits.memory_bytes > 0) {
+      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
+      if (fs::exists(dir + "/memory.memsw.limit_in_bytes")) {
+        TIDE_RETURN_IF_ERROR(
+            WriteValue(dir + "/memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes)));
+      }
+    } else if (c == "cpu" && quota > 0) {
+      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_period_us", std::to_string(period)));
+      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_quota_us", std::to_string(quota)));
+    } else if (c == "pids" && limits.pids > 0) {
+      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/pids.max", std::to_string(limits.pids)));
+    }
+  }
+  return job;
+}
+
+// ------------------------------------------------------------------ one job
+
+std::vector<std::string> JobCgroup::dirs() const {
+  std::vector<std::string> out;
+  if (!v2_.empty()) out.push_back(v2_);
+  for (const auto& [c, d] : v1_) out.push_back(d);
+  return out;
+}
+
+Status JobCgroup::Add(pid_t pid) {
+  for (const std::string& dir : dirs()) {
+    TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cgroup.procs", std::to_string(pid)));
+  }
+  return Status::Ok();
+}
+
+std::vector<pid_t> JobCgroup::Pids() const {
+  // Every hierarchy holds the same processes; the v2 tree is the truth when
+  // there is one.
+  if (!v2_.empty()) return ReadPids(v2_);
+  auto any = v1_.find("pids");
+  if (any == v1_.end()) any = v1_.begin();
+  return any == v1_.end() ? std::vector<pid_t>{} : ReadPids(any->second);
+}
+
+Status JobCgroup::Kill() {
+  const bool has_kill = !v2_.empty() && fs::exists(v2_ + "/cgroup.kill");
+  auto freezer = v1_.find("freezer");
+  for (int round = 0; round < 200; ++round) {
+    std::vector<pid_t> pids = Pids();
+    if (pids.empty()) return Status::Ok();
+    if (has_kill) {
+      TIDE_RETURN_IF_ERROR(WriteValue(v2_ + "/cgroup.kill", "1"));
+    } else {
+      // Frozen, nothing can fork between reading the members and killing
+      // them; SIGKILL reaches frozen tasks once they are thawed.
+      if (freezer != v1_.end()) (void)WriteValue(freezer->second + "/freezer.state", "FROZEN");
+      for (pid_t p : Pids()) ::kill(p, SIGKILL);
+      if (freezer != v1_.end()) (void)WriteValue(freezer->second + "/freezer.state", "THAWED");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(round < 20 ? 5 : 50));
+  }
+  return Status::Internal("processes of the job survive in " + dirs().front() + " after SIGKILL");
+}
+
+bool JobCgroup::OomKilled() const {
+  if (!v2_.empty() && v2_limits_) return Field(ReadValue(v2_ + "/memory.events"), "oom_kill") > 0;
+  auto m = v1_.find("memory");
+  if (m == v1_.end()) return false;
+  return Field(ReadValue(m->second + "/memory.oom_control"), "oom_kill") > 0;
+}
+
+Result<CpuThrottling> JobCgroup::Throttling() const {
+  std::string text;
+  CpuThrottling t;
+  if (!v2_.empty() && v2_limits_) {
+    text = ReadValue(v2_ + "/cpu.stat");
+    t.throttled_usec = Field(text, "throttled_usec");
+  } else if (auto c = v1_.find("cpu"); c != v1_.end()) {
+    text = ReadValue(c->second + "/cpu.stat");
+    t.throttled_usec = Field(text, "throttled_time") / 1000;  // ns
+  } else {
+    return Status::Unavailable("no cpu controller");
+  }
+  t.periods = Field(text, "nr_periods");
+  t.throttled = Field(text, "nr_throttled");
+  return t;
+}
+
+JobCgroup::~JobCgroup() {
+  (void)Kill();
+  for (const std::string& dir : dirs()) ::rmdir(dir.c_str());
+}
+
+}  // namespace tide::agent
