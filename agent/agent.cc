@@ -116,6 +116,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::unique_ptr<GpuSource> gpu_source_;  // used by the heartbeat thread once running
   std::vector<api::Gpu> gpus_;
   NodeIdentity identity_;
+  std::unique_ptr<CgroupManager> cgroups_;  // null when this host gives the agent none
   std::unique_ptr<ProcessRuntime> runtime_;
 
   std::mutex mu_;
@@ -180,6 +181,23 @@ Status Agent::Setup(SignalWatcher* signals) {
   if (!identity.ok()) return identity.status();
   identity_ = std::move(*identity);
   runtime_ = std::make_unique<ProcessRuntime>();
+  // A cgroup per job, under the agent's own, for its limits and its kill.
+  auto layout = DetectCgroups();
+  if (layout.ok()) {
+    CgroupManager::RemoveStale(*layout, "tide-agent-");
+    auto made = CgroupManager::Create(*layout, "tide-agent-" + std::to_string(::getpid()));
+    if (made.ok()) {
+      cgroups_ = std::move(made).value();
+      runtime_->set_cgroups(cgroups_.get());
+      spdlog::info("job cgroups: {}", layout->Describe());
+    } else {
+      spdlog::warn("no job cgroups ({}): memory, CPU and process limits are not enforced",
+                   made.status().message());
+    }
+  } else {
+    spdlog::warn("no job cgroups ({}): memory, CPU and process limits are not enforced",
+                 layout.status().message());
+  }
   return Status::Ok();
 }
 
@@ -347,6 +365,7 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
     deps.runtime = runtime_.get();
     deps.node_gpus = gpus_;
     deps.checkpoint_interval_ms = options_.checkpoint_interval_ms;
+    deps.pids_limit = options_.job_pids_limit;
     deps.node_name = name_;
     auto runner = std::make_unique<JobRunner>(job, std::move(deps), a.gang);
     runner->Start();

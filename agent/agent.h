@@ -27,6 +27,8 @@ struct AgentOptions {
   // job's own checkpoint_interval wins); it is also uploaded after every
   // notice, before the attempt is reported over.
   int64_t checkpoint_interval_ms = 300'000;
+  // Processes and threads one job may have at once (its cgroup's pids.max).
+  int64_t job_pids_limit = 4096;
   std::string log_level = "info";
 
   // When the agent runs inside another process (`tide dev`, tests): the agent

@@ -353,6 +353,10 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   spec->work_dir = paths_.work;
   spec->output_fd = -1;
   spec->tag = {"TIDE_JOB_ID=" + job_.id, "TIDE_ATTEMPT=" + std::to_string(job_.attempt)};
+  spec->cgroup_key = job_.id + "." + std::to_string(job_.attempt);
+  spec->limits.memory_bytes = job_.spec.resources.memory_mb << 20;
+  spec->limits.cpus = job_.spec.resources.cpus;
+  spec->limits.pids = deps_.pids_limit;
   return Status::Ok();
 }
 
@@ -514,6 +518,9 @@ void JobRunner::RunProcess(Process* process) {
   if (!reason.empty()) {
     ev.reason = reason;
     ev.message = "stopped (" + reason + "): " + e.ToString();
+  } else if (e.oom) {
+    ev.reason = "oom";
+    ev.message = "killed by the kernel: the job used more than its memory (resources.memory)";
   } else if (e.signal != 0) {
     ev.reason = "signal:" + std::to_string(e.signal);
     ev.message = "killed by " + e.ToString();

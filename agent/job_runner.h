@@ -80,6 +80,7 @@ struct RunnerDeps {
   // (the job's checkpoint_interval wins).
   int64_t checkpoint_interval_ms = 300'000;
   std::string node_name;  // SLURMD_NODENAME
+  int64_t pids_limit = 4096;  // per job, where the runtime has cgroups
 };
 
 class JobRunner {

@@ -108,6 +108,9 @@ void AddAgentCommand(CLI::App& app) {
       ->check([](const std::string& v) { return api::CheckAddress(v); });
   AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
                 "Time between heartbeats, e.g. 2s or 500ms");
+  cmd->add_option("--job-pids-limit", opts->job_pids_limit,
+                  "Processes and threads one job may have at once (its cgroup's pids.max)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 22));
   AddDurationMs(cmd, "--checkpoint-interval", &opts->checkpoint_interval_ms,
                 "How often a running job's changed TIDE_CHECKPOINT_DIR is uploaded, e.g. 5m "
                 "(a job's checkpoint_interval wins)");

@@ -185,6 +185,26 @@ Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout&
   return m;
 }
 
+void CgroupManager::RemoveStale(const CgroupLayout& layout, const std::string& prefix) {
+  std::vector<std::string> parents;
+  if (!layout.v2_dir.empty()) parents.push_back(layout.v2_dir);
+  for (const auto& [c, d] : layout.v1_dirs) parents.push_back(d);
+  for (const std::string& parent : parents) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(parent, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
+      const std::string pid = name.substr(prefix.size());
+      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (fs::exists("/proc/" + pid, ec)) continue;  // its agent still runs
+      for (const auto& job : fs::directory_iterator(entry.path(), ec)) {
+        if (job.is_directory(ec)) ::rmdir(job.path().c_str());
+      }
+      ::rmdir(entry.path().c_str());
+    }
+  }
+}
+
 CgroupManager::~CgroupManager() {
   // Only empty directories go; a job cgroup still in use stays.
   if (!v2_base_.empty()) {

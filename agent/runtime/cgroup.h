@@ -99,6 +99,11 @@ class CgroupManager {
 
   const CgroupLayout& layout() const { return layout_; }
 
+  // Removes the subtrees `prefix`<pid> (and their empty job cgroups) that
+  // agents no longer running left behind, e.g. after a kill -9. Only empty
+  // cgroups can be removed, so nothing that still runs is touched.
+  static void RemoveStale(const CgroupLayout& layout, const std::string& prefix);
+
  private:
   CgroupManager() = default;
 

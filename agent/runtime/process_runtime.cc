@@ -28,9 +28,10 @@ namespace tide::agent {
 std::string ExitStatus::ToString() const {
   if (signal != 0) {
     const char* name = strsignal(signal);
-    return "signal " + std::to_string(signal) + " (" + (name != nullptr ? name : "?") + ")";
+    return "signal " + std::to_string(signal) + " (" + (name != nullptr ? name : "?") + ")" +
+           (oom ? ", out of memory" : "");
   }
-  return "exit code " + std::to_string(exit_code);
+  return "exit code " + std::to_string(exit_code) + (oom ? ", out of memory" : "");
 }
 
 struct ProcessRuntime::Shared {
@@ -97,8 +98,9 @@ void ReapOrphansOf(ProcessRuntime::Shared* shared);
 class ProcessImpl final : public Process {
  public:
   ProcessImpl(pid_t pid, int out_fd, std::vector<std::string> tag,
-              std::shared_ptr<ProcessRuntime::Shared> shared)
-      : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)) {}
+              std::shared_ptr<ProcessRuntime::Shared> shared, std::unique_ptr<JobCgroup> cgroup)
+      : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)),
+        cgroup_(std::move(cgroup)) {}
 
   ~ProcessImpl() override {
     if (!reaped_) {
@@ -121,6 +123,7 @@ class ProcessImpl final : public Process {
     if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
         si.si_pid == pid_) {
       exit_ = FromSiginfo(si);
+      MarkOom();
     }
     return exit_;
   }
@@ -147,6 +150,11 @@ class ProcessImpl final : public Process {
 
   Status KillTree() override {
     if (reaped_) return Status::Ok();
+    if (cgroup_) {
+      // The cgroup holds every process of the job, wherever it went.
+      Status st = cgroup_->Kill();
+      if (!st.ok()) spdlog::warn("job process {}: {}", pid_, st.ToString());
+    }
     const pid_t self = ::getpid();
     int64_t deadline = MonoMs() + 10'000;
     int64_t step = 1;
@@ -209,7 +217,10 @@ class ProcessImpl final : public Process {
     for (;;) {
       pid_t r = ::waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
-        if (!exit_) exit_ = FromWaitStatus(status);
+        if (!exit_) {
+          exit_ = FromWaitStatus(status);
+          MarkOom();
+        }
         break;
       }
       if (r < 0 && errno != EINTR) break;  // not ours any more (ECHILD)
@@ -245,6 +256,13 @@ class ProcessImpl final : public Process {
     }
     return e;
   }
+  // A job that failed after the kernel killed one of its processes for
+  // memory (often a child: `sh -c` then exits 137) failed for that.
+  void MarkOom() {
+    if (exit_ && cgroup_ && (exit_->signal != 0 || exit_->exit_code != 0) && cgroup_->OomKilled()) {
+      exit_->oom = true;
+    }
+  }
   void MaybeReapOrphans() {
     int64_t now = MonoMs();
     {
@@ -261,6 +279,7 @@ class ProcessImpl final : public Process {
   std::shared_ptr<ProcessRuntime::Shared> shared_;
   std::optional<ExitStatus> exit_;
   bool reaped_ = false;
+  std::unique_ptr<JobCgroup> cgroup_;
 };
 
 void ReapOrphansOf(ProcessRuntime::Shared* shared) {
@@ -349,6 +368,25 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     return Status::Internal("pipe: " + Errno(e));
   }
   int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // In a cgroup, the child waits until it is in it: nothing it starts may
+  // begin outside.
+  std::unique_ptr<JobCgroup> cgroup;
+  int go_pipe[2] = {-1, -1};
+  if (cgroups_ != nullptr && !spec.cgroup_key.empty()) {
+    auto made = cgroups_->CreateJob(spec.cgroup_key, spec.limits);
+    if (!made.ok() || ::pipe2(go_pipe, O_CLOEXEC) != 0) {
+      Status why = made.ok() ? Status::Internal("pipe: " + Errno(errno)) : made.status();
+      ::close(status_pipe[0]);
+      ::close(status_pipe[1]);
+      if (dev_null >= 0) ::close(dev_null);
+      if (out_read >= 0) {
+        ::close(out_read);
+        ::close(out_write);
+      }
+      return why.WithContext("job cgroup");
+    }
+    cgroup = std::move(made).value();
+  }
 
   const pid_t parent = ::getpid();
   std::unique_lock<std::mutex> lock(shared_->mu);  // no reaping between fork and registration
@@ -363,6 +401,15 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
       (void)ignored;
       ::_exit(127);
     };
+    if (go_pipe[0] >= 0) {
+      ::close(go_pipe[1]);
+      char go = 0;
+      ssize_t got;
+      do {
+        got = ::read(go_pipe[0], &go, 1);
+      } while (got < 0 && errno == EINTR);
+      if (got != 1) ::_exit(127);  // the agent could not place it
+    }
     if (::setsid() < 0) fail(2);
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(2);
     if (::getppid() != parent) ::_exit(127);  // the agent already died
@@ -386,10 +433,30 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   ::close(status_pipe[1]);
   if (dev_null >= 0) ::close(dev_null);
   if (out_read >= 0) ::close(out_write);
+  if (go_pipe[0] >= 0) ::close(go_pipe[0]);
   if (pid < 0) {
     ::close(status_pipe[0]);
+    if (go_pipe[1] >= 0) ::close(go_pipe[1]);
     if (out_read >= 0) ::close(out_read);
     return Status::Internal("fork: " + Errno(fork_errno));
+  }
+  if (cgroup) {
+    Status added = cgroup->Add(pid);
+    if (added.ok()) {
+      ssize_t w = ::write(go_pipe[1], "g", 1);
+      if (w != 1) added = Status::Internal("start the job: " + Errno(errno));
+    }
+    ::close(go_pipe[1]);  // without the byte the child exits
+    if (!added.ok()) {
+      ::waitpid(pid, nullptr, 0);
+      {
+        std::lock_guard<std::mutex> guard(shared_->mu);
+        shared_->leaders.erase(pid);
+      }
+      ::close(status_pipe[0]);
+      if (out_read >= 0) ::close(out_read);
+      return added.WithContext("job cgroup");
+    }
   }
 
   ChildError ce{};
@@ -411,7 +478,7 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     return Status::InvalidArgument(what + ": " + Errno(ce.err), "command");
   }
   if (out_read >= 0) ::fcntl(out_read, F_SETFL, ::fcntl(out_read, F_GETFL) | O_NONBLOCK);
-  return std::unique_ptr<Process>(new ProcessImpl(pid, out_read, spec.tag, shared_));
+  return std::unique_ptr<Process>(new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup)));
 }
 
 }  // namespace tide::agent

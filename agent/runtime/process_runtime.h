@@ -32,6 +32,11 @@ class ProcessRuntime final : public Runtime {
 
   Result<std::unique_ptr<Process>> Start(const LaunchSpec& spec) override;
 
+  // Jobs with a LaunchSpec::cgroup_key run in a cgroup of `cgroups` (not
+  // owned; outlives the runtime): their limits hold, their OOM kills are
+  // told apart, and KillTree() empties the cgroup first.
+  void set_cgroups(CgroupManager* cgroups) { cgroups_ = cgroups; }
+
   // Reaps zombies of job orphans reparented to this process. Process::Poll()
   // calls it about once a second; callers may too.
   void ReapOrphans();
@@ -40,6 +45,7 @@ class ProcessRuntime final : public Runtime {
 
  private:
   std::shared_ptr<Shared> shared_;
+  CgroupManager* cgroups_ = nullptr;
 };
 
 // PATH used when the job's environment has none.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/runtime/cgroup.h"
 #include "common/status.h"
 
 namespace tide::agent {
@@ -31,11 +32,16 @@ struct LaunchSpec {
   // TIDE_JOB_ID=j-1, TIDE_ATTEMPT=2). Processes that left the job's session
   // and process group are still found by them. Empty: no such fallback.
   std::vector<std::string> tag;
+  // With a cgroup manager, the job runs in a cgroup of its own named
+  // `cgroup_key` ("" = none) with these limits.
+  std::string cgroup_key;
+  CgroupLimits limits;
 };
 
 struct ExitStatus {
   int exit_code = 0;  // when the process exited
   int signal = 0;     // non-zero when a signal killed it
+  bool oom = false;   // it failed after the kernel killed a process of it for memory
   // What a shell would report: the exit code, or 128 + signal.
   int ShellCode() const { return signal != 0 ? 128 + signal : exit_code; }
   std::string ToString() const;  // "exit code 3", "signal 9 (Killed)"
