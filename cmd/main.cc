@@ -1,7 +1,8 @@
 // The `tide` binary: every process and command of Tide behind one CLI11 app.
 //
 //   tide server   the control plane (server/server.h)
-//   tide agent    runs jobs on a GPU machine (agent/agent.h)
+//   tide agent    runs jobs on a GPU machine (agent/agent.h); `tide agent check`
+//                 says what isolation the host supports (agent/check.h)
 //   tide dev      server + local agent in one command (cmd/dev.h)
 //   tide version
 //   tide submit | ls | status | logs | cancel | wait | outputs | nodes | admin
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "agent/agent.h"
+#include "agent/check.h"
 #include "api/types.h"
 #include "cli/common.h"
 #include "cmd/dev.h"
@@ -117,7 +119,13 @@ void AddAgentCommand(CLI::App& app) {
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember(kLogLevels));
-  cli::SetAction(cmd, [opts] { return agent::RunAgent(*opts); });
+  CLI::App* check =
+      cmd->add_subcommand("check", "Print what isolation this host supports for jobs, and why");
+  cli::SetAction(check, [] { return agent::RunAgentCheck(); });
+  cli::SetAction(cmd, [opts, check] {
+    if (check->parsed()) return cli::kExitOk;
+    return agent::RunAgent(*opts);
+  });
 }
 
 void AddVersionCommand(CLI::App& app) {

@@ -37,6 +37,17 @@ TEST_F(LimitsTest, MemoryPastTheLimitEndsTheJobWithOomAndNothingElse) {
   EXPECT_EQ(WaitTerminal(*client_, after).status, api::JobStatus::kCompleted);
 }
 
+TEST_F(LimitsTest, AgentCheckSaysWhatThisHostGivesJobs) {
+  CliResult r = cluster_.Cli({"agent", "check"}, "");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("job cgroups"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a test cgroup with memory, CPU and pids limits was made and removed"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("user namespaces"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("runtime"), std::string::npos) << r.out;
+}
+
 TEST_F(LimitsTest, AForkBombStopsAtThePidsLimit) {
   // Forks until fork fails, then reports how many it got.
   std::string bomb = SubmitOk(

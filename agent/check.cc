@@ -1,0 +1,123 @@
+#include "agent/check.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "agent/runtime/cgroup.h"
+
+namespace tide::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs `fn` in a child process; true if it exited 0.
+template <typename F>
+bool InChild(F fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(fn() ? 0 : 1);
+  if (pid < 0) return false;
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string FindProgram(const std::string& name) {
+  for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
+    std::string p = std::string(dir) + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<CheckItem> CheckHost() {
+  std::vector<CheckItem> out;
+  auto layout = DetectCgroups();
+  out.push_back({"cgroups", layout.ok(), layout.ok() ? layout->Describe() : layout.status().message()});
+  if (layout.ok()) {
+    auto m = CgroupManager::Create(*layout, "tide-check-" + std::to_string(::getpid()));
+    CheckItem job{"job cgroups", false, ""};
+    bool kill = false;
+    if (!m.ok()) {
+      job.detail = m.status().message() + " (jobs would run without memory, CPU and process limits)";
+    } else {
+      auto probe = (*m)->CreateJob("probe", {64 << 20, 0.5, 64});
+      job.ok = probe.ok();
+      job.detail = probe.ok() ? "a test cgroup with memory, CPU and pids limits was made and removed"
+                              : probe.status().message();
+      // Only cgroups below the root have cgroup.kill: look in the probe's.
+      if (probe.ok() && !layout->v2_dir.empty()) {
+        kill = fs::exists((*probe)->dirs().front() + "/cgroup.kill");
+      }
+    }
+    out.push_back(job);
+    out.push_back({"cgroup.kill", kill || layout->v1_dirs.count("freezer"),
+                   kill ? "the kernel empties a job's cgroup in one write"
+                        : layout->v1_dirs.count("freezer") ? "missing: the v1 freezer stops a job while it is killed"
+                                                           : "missing, and no v1 freezer"});
+  }
+  std::string bwrap = FindProgram("bwrap");
+  bool bwrap_runs = !bwrap.empty() && InChild([&] {
+    int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+    }
+    ::execl(bwrap.c_str(), "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--unshare-all", "--die-with-parent", "true", nullptr);
+    return false;
+  });
+  out.push_back({"bubblewrap", bwrap_runs,
+                 bwrap.empty() ? "not installed (Debian package bubblewrap)"
+                 : bwrap_runs  ? bwrap + " runs a command in new namespaces"
+                               : bwrap + " is installed but cannot make namespaces here"});
+  out.push_back({"user namespaces", InChild([] { return ::unshare(CLONE_NEWUSER) == 0; }),
+                 "unshare(CLONE_NEWUSER) in a child"});
+  out.push_back({"pid, mount, ipc, uts namespaces",
+                 InChild([] { return ::unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) == 0; }),
+                 "unshare in a child (needs root, or a user namespace first)"});
+  out.push_back({"network namespaces", InChild([] { return ::unshare(CLONE_NEWNET) == 0; }),
+                 "unshare(CLONE_NEWNET) in a child"});
+  bool seccomp = ::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 && fs::exists("/proc/sys/kernel/seccomp/actions_avail");
+  out.push_back({"seccomp", seccomp, seccomp ? "filters are available" : "the kernel offers no seccomp filters"});
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+  out.push_back({"pidfd", pidfd >= 0, pidfd >= 0 ? "pidfd_open works" : std::string("pidfd_open: ") + std::strerror(errno)});
+  if (pidfd >= 0) ::close(pidfd);
+  int devices = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    if (e.path().filename().string().rfind("nvidia", 0) == 0) ++devices;
+  }
+  out.push_back({"GPU devices", devices > 0,
+                 devices > 0 ? std::to_string(devices) + " /dev/nvidia* nodes"
+                             : "no /dev/nvidia* (fake GPUs only)"});
+  out.push_back({"runtime", true,
+                 "process: each job in its own session and cgroup, as the agent's user; the "
+                 "bubblewrap sandbox (per-job uid, namespaces, seccomp) is not built yet "
+                 "(docs/security.md)"});
+  return out;
+}
+
+int RunAgentCheck() {
+  size_t width = 0;
+  auto items = CheckHost();
+  for (const auto& i : items) width = std::max(width, i.name.size());
+  for (const auto& i : items) {
+    std::cout << i.name << std::string(width + 2 - i.name.size(), ' ') << (i.ok ? "yes  " : "no   ")
+              << i.detail << "\n";
+  }
+  return 0;
+}
+
+}  // namespace tide::agent
