@@ -46,19 +46,48 @@ std::vector<CheckItem> CheckHost() {
   auto layout = DetectCgroups();
   out.push_back({"cgroups", layout.ok(), layout.ok() ? layout->Describe() : layout.status().message()});
   if (layout.ok()) {
-    auto m = CgroupManager::Create(*layout, "tide-check-" + std::to_string(::getpid()));
+    // The probe runs in a child, as an agent would, so that this process
+    // stays where it is; its subtree goes once it has exited.
     CheckItem job{"job cgroups", false, ""};
     bool kill = false;
-    if (!m.ok()) {
-      job.detail = m.status().message() + " (jobs would run without memory, CPU and process limits)";
-    } else {
-      auto probe = (*m)->CreateJob("probe", {64 << 20, 0.5, 64});
-      job.ok = probe.ok();
-      job.detail = probe.ok() ? "a test cgroup with memory, CPU and pids limits was made and removed"
+    int p[2];
+    if (::pipe(p) == 0) {
+      pid_t child = ::fork();
+      if (child == 0) {
+        ::close(p[0]);
+        std::string detail;
+        bool ok = false, has_kill = false;
+        auto m = CgroupManager::Create(*layout, "tide-check-" + std::to_string(::getpid()));
+        if (!m.ok()) {
+          detail = m.status().message() + " (jobs would run without memory, CPU and process limits)";
+        } else {
+          auto probe = (*m)->CreateJob("probe", {64 << 20, 0.5, 64});
+          ok = probe.ok();
+          detail = probe.ok() ? "a test cgroup with memory, CPU and pids limits was made and removed"
                               : probe.status().message();
-      // Only cgroups below the root have cgroup.kill: look in the probe's.
-      if (probe.ok() && !layout->v2_dir.empty()) {
-        kill = fs::exists((*probe)->dirs().front() + "/cgroup.kill");
+          // Only cgroups below the root have cgroup.kill: look in the probe's.
+          if (probe.ok() && !layout->v2_dir.empty()) {
+            has_kill = fs::exists((*probe)->dirs().front() + "/cgroup.kill");
+          }
+        }
+        std::string msg = std::string(ok ? "1" : "0") + (has_kill ? "1" : "0") + detail;
+        (void)::write(p[1], msg.data(), msg.size());
+        ::_exit(0);
+      }
+      ::close(p[1]);
+      std::string msg;
+      char buf[512];
+      ssize_t n;
+      while ((n = ::read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+      ::close(p[0]);
+      if (child > 0) ::waitpid(child, nullptr, 0);
+      CgroupManager::RemoveStale(*layout, "tide-check-");
+      if (msg.size() >= 2) {
+        job.ok = msg[0] == '1';
+        kill = msg[1] == '1';
+        job.detail = msg.substr(2);
+      } else {
+        job.detail = "the probe did not report";
       }
     }
     out.push_back(job);

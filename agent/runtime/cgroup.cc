@@ -63,12 +63,52 @@ bool IsSafeKey(const std::string& key) {
   return true;
 }
 
+// The members of `dir` and of every cgroup below it: a job owns its
+// directory and may make sub-cgroups in it.
 std::vector<pid_t> ReadPids(const std::string& dir) {
   std::vector<pid_t> out;
   std::istringstream in(ReadValue(dir + "/cgroup.procs"));
   pid_t p;
-  while (in >> p) out.push_back(p);
+  while (in >> p) {
+    if (p > 0) out.push_back(p);  // 0: a process outside our pid namespace
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory(ec)) continue;
+    for (pid_t q : ReadPids(e.path().string())) out.push_back(q);
+  }
   return out;
+}
+
+// Removes `dir` and the cgroups below it, deepest first (only empty
+// cgroups can be removed).
+void RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec)) RemoveTree(e.path().string());
+  }
+  ::rmdir(dir.c_str());
+}
+
+// SIGKILLs everything in `dir` and below until it is empty: with
+// cgroup.kill (which takes the sub-cgroups too) where there is one.
+bool KillAll(const std::string& dir, const std::string& freezer) {
+  const bool has_kill = fs::exists(dir + "/cgroup.kill");
+  for (int round = 0; round < 200; ++round) {
+    std::vector<pid_t> pids = ReadPids(dir);
+    if (pids.empty()) return true;
+    if (has_kill) {
+      (void)WriteValue(dir + "/cgroup.kill", "1");
+    } else {
+      // Frozen, nothing can fork between reading the members and killing
+      // them; SIGKILL reaches frozen tasks once they are thawed.
+      if (!freezer.empty()) (void)WriteValue(freezer + "/freezer.state", "FROZEN");
+      for (pid_t p : ReadPids(dir)) ::kill(p, SIGKILL);
+      if (!freezer.empty()) (void)WriteValue(freezer + "/freezer.state", "THAWED");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(round < 20 ? 5 : 50));
+  }
+  return false;
 }
 
 }  // namespace
@@ -94,8 +134,10 @@ std::string CgroupLayout::Describe() const {
 Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::string& root) {
   // Mount points: field 5 of mountinfo, the filesystem type after " - ",
   // and for v1 the controllers in the super options.
-  std::string v2_mount;
-  std::map<std::string, std::string> v1_mounts;
+  // Mount point and the root of the hierarchy mounted there (not "/" in a
+  // container that sees only its part of the host's tree).
+  std::string v2_mount, v2_root;
+  std::map<std::string, std::string> v1_mounts, v1_roots;
   {
     std::istringstream in(ReadValue(proc_self + "/mountinfo"));
     std::string line;
@@ -109,13 +151,19 @@ Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::stri
       std::string type, source, options;
       tail >> type >> source >> options;
       if (type == "cgroup2") {
-        if (v2_mount.empty()) v2_mount = mount;
+        if (v2_mount.empty()) {
+          v2_mount = mount;
+          v2_root = rootdir;
+        }
       } else if (type == "cgroup") {
         std::istringstream opts(options);
         std::string opt;
         while (std::getline(opts, opt, ',')) {
           for (const char* c : kV1Controllers) {
-            if (opt == c && !v1_mounts.count(c)) v1_mounts[c] = mount;
+            if (opt == c && !v1_mounts.count(c)) {
+              v1_mounts[c] = mount;
+              v1_roots[c] = rootdir;
+            }
           }
         }
       }
@@ -130,17 +178,22 @@ Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::stri
     size_t b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
     std::string controllers = line.substr(a + 1, b - a - 1);
-    std::string path = line.substr(b + 1);
-    if (path == "/") path = "";
+    const std::string full = line.substr(b + 1);
+    // Our path, seen from where the hierarchy is mounted.
+    auto below = [&](const std::string& mount_root) {
+      std::string path = full;
+      if (mount_root != "/" && path.rfind(mount_root, 0) == 0) path = path.substr(mount_root.size());
+      return path == "/" ? std::string() : path;
+    };
     if (controllers.empty()) {
-      if (!v2_mount.empty()) layout.v2_dir = root + v2_mount + path;
+      if (!v2_mount.empty()) layout.v2_dir = root + v2_mount + below(v2_root);
       continue;
     }
     std::istringstream cs(controllers);
     std::string c;
     while (std::getline(cs, c, ',')) {
       auto m = v1_mounts.find(c);
-      if (m != v1_mounts.end()) layout.v1_dirs[c] = root + m->second + path;
+      if (m != v1_mounts.end()) layout.v1_dirs[c] = root + m->second + below(v1_roots[c]);
     }
   }
   if (!layout.v2_dir.empty()) {
@@ -167,10 +220,35 @@ Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout&
     if (layout.v2_limits()) {
       // A cgroup with processes may not hand controllers to children: the
       // agent moves into its own leaf first, then both levels delegate.
+      // Only when the agent is alone in its cgroup (a service's own): it
+      // never moves what it does not own, and moves back if it fails.
+      const std::string self = std::to_string(::getpid());
+      std::vector<pid_t> others;
+      {
+        std::istringstream in(ReadValue(layout.v2_dir + "/cgroup.procs"));
+        pid_t p;
+        while (in >> p) {
+          if (p != ::getpid()) others.push_back(p);
+        }
+      }
+      if (!others.empty()) {
+        ::rmdir(m->v2_base_.c_str());
+        return Status::Unavailable(layout.v2_dir + " holds other processes than the agent, so it "
+                                   "cannot hand its controllers to job cgroups; run the agent in "
+                                   "a cgroup of its own (e.g. a systemd service with Delegate=yes)");
+      }
       TIDE_RETURN_IF_ERROR(MakeDir(m->v2_base_ + "/agent"));
-      TIDE_RETURN_IF_ERROR(WriteValue(m->v2_base_ + "/agent/cgroup.procs", std::to_string(::getpid())));
+      TIDE_RETURN_IF_ERROR(WriteValue(m->v2_base_ + "/agent/cgroup.procs", self));
+      m->moved_ = true;
       for (const std::string& dir : {layout.v2_dir, m->v2_base_}) {
-        TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cgroup.subtree_control", "+memory +cpu +pids"));
+        Status st = WriteValue(dir + "/cgroup.subtree_control", "+memory +cpu +pids");
+        if (!st.ok()) {
+          (void)WriteValue(layout.v2_dir + "/cgroup.procs", self);
+          ::rmdir((m->v2_base_ + "/agent").c_str());
+          ::rmdir(m->v2_base_.c_str());
+          m->moved_ = false;
+          return st;
+        }
       }
     }
   }
@@ -197,10 +275,10 @@ void CgroupManager::RemoveStale(const CgroupLayout& layout, const std::string& p
       const std::string pid = name.substr(prefix.size());
       if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
       if (fs::exists("/proc/" + pid, ec)) continue;  // its agent still runs
-      for (const auto& job : fs::directory_iterator(entry.path(), ec)) {
-        if (job.is_directory(ec)) ::rmdir(job.path().c_str());
-      }
-      ::rmdir(entry.path().c_str());
+      // Its jobs may have outlived it (children of a job do not get the
+      // parent-death signal): nothing of theirs may run on.
+      KillAll(entry.path().string(), "");
+      RemoveTree(entry.path().string());
     }
   }
 }
@@ -208,7 +286,7 @@ void CgroupManager::RemoveStale(const CgroupLayout& layout, const std::string& p
 CgroupManager::~CgroupManager() {
   // Only empty directories go; a job cgroup still in use stays.
   if (!v2_base_.empty()) {
-    ::rmdir((v2_base_ + "/agent").c_str());  // fails while the agent is in it
+    if (moved_) ::rmdir((v2_base_ + "/agent").c_str());  // fails while the agent is in it
     ::rmdir(v2_base_.c_str());
   }
   for (const auto& [c, d] : v1_base_) ::rmdir(d.c_str());
@@ -283,23 +361,18 @@ std::vector<pid_t> JobCgroup::Pids() const {
 }
 
 Status JobCgroup::Kill() {
-  const bool has_kill = !v2_.empty() && fs::exists(v2_ + "/cgroup.kill");
   auto freezer = v1_.find("freezer");
-  for (int round = 0; round < 200; ++round) {
-    std::vector<pid_t> pids = Pids();
-    if (pids.empty()) return Status::Ok();
-    if (has_kill) {
-      TIDE_RETURN_IF_ERROR(WriteValue(v2_ + "/cgroup.kill", "1"));
-    } else {
-      // Frozen, nothing can fork between reading the members and killing
-      // them; SIGKILL reaches frozen tasks once they are thawed.
-      if (freezer != v1_.end()) (void)WriteValue(freezer->second + "/freezer.state", "FROZEN");
-      for (pid_t p : Pids()) ::kill(p, SIGKILL);
-      if (freezer != v1_.end()) (void)WriteValue(freezer->second + "/freezer.state", "THAWED");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(round < 20 ? 5 : 50));
+  const std::string freezer_dir = freezer == v1_.end() ? "" : freezer->second;
+  // The v2 tree when there is one, else the v1 pids (or any) hierarchy.
+  std::string dir = v2_;
+  if (dir.empty()) {
+    auto any = v1_.find("pids");
+    if (any == v1_.end()) any = v1_.begin();
+    if (any == v1_.end()) return Status::Ok();
+    dir = any->second;
   }
-  return Status::Internal("processes of the job survive in " + dirs().front() + " after SIGKILL");
+  if (KillAll(dir, freezer_dir)) return Status::Ok();
+  return Status::Internal("processes of the job survive in " + dir + " after SIGKILL");
 }
 
 bool JobCgroup::OomKilled() const {
@@ -328,7 +401,7 @@ Result<CpuThrottling> JobCgroup::Throttling() const {
 
 JobCgroup::~JobCgroup() {
   (void)Kill();
-  for (const std::string& dir : dirs()) ::rmdir(dir.c_str());
+  for (const std::string& dir : dirs()) RemoveTree(dir);
 }
 
 }  // namespace tide::agent

@@ -109,6 +109,7 @@ class CgroupManager {
 
   CgroupLayout layout_;
   std::string v2_base_;                        // the subtree in the unified tree
+  bool moved_ = false;                         // the agent moved into v2_base_/agent
   std::map<std::string, std::string> v1_base_; // controller -> subtree
 };
 

@@ -131,6 +131,30 @@ TEST_F(FakeTree, APureV2HostDelegatesControllersAndKillsWithCgroupKill) {
   EXPECT_TRUE((*job)->Pids().empty());
 }
 
+TEST_F(FakeTree, AContainersMountRootIsNotCountedTwice) {
+  // A container without its own cgroup namespace sees the host's path.
+  Write(root_ + "/proc/mountinfo",
+        "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+  Write(root_ + "/proc/cgroup", "4:memory:/docker/abc/sub\n");
+  auto layout = DetectCgroups(root_ + "/proc", root_);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->v1_dirs.at("memory"), root_ + "/sys/fs/cgroup/memory/sub");
+}
+
+TEST_F(FakeTree, AV2AgentThatSharesItsCgroupDoesNotMoveAnything) {
+  Write(root_ + "/proc/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+  Write(root_ + "/proc/cgroup", "0::/user.slice/session-1.scope\n");
+  const std::string own = root_ + "/sys/fs/cgroup/user.slice/session-1.scope";
+  Write(own + "/cgroup.controllers", "cpu memory pids\n");
+  Write(own + "/cgroup.procs", "1\n" + std::to_string(::getpid()) + "\n");
+  auto layout = DetectCgroups(root_ + "/proc", root_);
+  ASSERT_TRUE(layout.ok());
+  auto m = CgroupManager::Create(*layout, "tide-agent-1");
+  EXPECT_EQ(m.status().code(), Code::kUnavailable) << m.status().ToString();
+  EXPECT_FALSE(fs::exists(own + "/tide-agent-1"));
+  EXPECT_FALSE(fs::exists(own + "/cgroup.subtree_control"));
+}
+
 TEST_F(FakeTree, NoHierarchyIsAClearError) {
   Write(root_ + "/proc/mountinfo", "22 1 0:20 / / rw - ext4 /dev/sda1 rw\n");
   Write(root_ + "/proc/cgroup", "");
@@ -198,6 +222,48 @@ TEST_F(HostCgroups, KillEndsEveryProcessEvenThoseThatLeftTheSession) {
       EXPECT_TRUE(state == 'X' || state == 'Z') << "pid " << m << " survived: " << stat;
     }
   }
+}
+
+TEST_F(HostCgroups, AJobThatMovesIntoASubCgroupIsStillKilled) {
+  auto job = manager_->CreateJob("escape", {0, 0, 64});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string dir = (*job)->dirs().front();
+  pid_t pid = StartIn(**job, "mkdir " + dir + "/away && echo $$ > " + dir +
+                                 "/away/cgroup.procs && sleep 60 & exec sleep 60");
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 200; ++i) {
+      if (!Read(dir + "/away/cgroup.procs").empty()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }());
+  ASSERT_TRUE((*job)->Kill().ok());
+  EXPECT_TRUE((*job)->Pids().empty());
+  ::waitpid(pid, nullptr, 0);
+  job->reset();
+  EXPECT_FALSE(fs::exists(dir)) << "removed, sub-cgroup and all";
+}
+
+TEST_F(HostCgroups, WhatADeadAgentLeftRunningIsKilledAtTheNextStart) {
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  auto layout = DetectCgroups();
+  ASSERT_TRUE(layout.ok());
+  const std::string name = "tide-agent-" + std::to_string(dead);
+  auto old = CgroupManager::Create(*layout, name);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  auto job = (*old)->CreateJob("left", {0, 0, 64});
+  ASSERT_TRUE(job.ok());
+  JobCgroup* leaked = job->release();  // as if its agent died: nobody kills it
+  pid_t pid = StartIn(*leaked, "exec sleep 60");
+  std::vector<std::string> dirs = leaked->dirs();
+  old->reset();
+  CgroupManager::RemoveStale(*layout, "tide-agent-");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
 }
 
 TEST_F(HostCgroups, MemoryPastTheLimitIsAnOomKillOfTheJobOnly) {

@@ -448,6 +448,9 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     }
     ::close(go_pipe[1]);  // without the byte the child exits
     if (!added.ok()) {
+      // Killed, not waited for: a child of another Start may hold a copy
+      // of our pipe's write end, so ours might never see its end.
+      ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
       {
         std::lock_guard<std::mutex> guard(shared_->mu);
