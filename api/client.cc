@@ -194,13 +194,18 @@ Status Client::PostEvent(const std::string& job_id, const JobEvent& event) {
   return j.ok() ? Status::Ok() : j.status();
 }
 
+Status Client::PostStream(const std::string& job_id, const char* stream, int attempt,
+                          int64_t offset, std::string_view data, const std::string& content_type) {
+  auto r = CallRaw("POST",
+                   "/v1/agent/jobs/" + UrlEncode(job_id) + "/" + stream + "?attempt=" +
+                       std::to_string(attempt) + "&offset=" + std::to_string(offset),
+                   data, content_type, 30'000);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
 Status Client::PostLogs(const std::string& job_id, int attempt, int64_t offset,
                         std::string_view data) {
-  auto r = CallRaw("POST",
-                   "/v1/agent/jobs/" + UrlEncode(job_id) + "/logs?attempt=" +
-                       std::to_string(attempt) + "&offset=" + std::to_string(offset),
-                   data, "application/octet-stream", 30'000);
-  return r.ok() ? Status::Ok() : r.status();
+  return PostStream(job_id, "logs", attempt, offset, data, "application/octet-stream");
 }
 
 Status Client::PutOutput(const std::string& job_id, int attempt, const std::string& path,
@@ -218,11 +223,7 @@ Result<std::string> Client::GetCode(const std::string& job_id) {
 
 Status Client::PostMetrics(const std::string& job_id, int attempt, int64_t offset,
                            std::string_view data) {
-  auto r = CallRaw("POST",
-                   "/v1/agent/jobs/" + UrlEncode(job_id) + "/metrics?attempt=" +
-                       std::to_string(attempt) + "&offset=" + std::to_string(offset),
-                   data, "application/x-ndjson", 30'000);
-  return r.ok() ? Status::Ok() : r.status();
+  return PostStream(job_id, "metrics", attempt, offset, data, "application/x-ndjson");
 }
 
 Status Client::PutCheckpoint(const std::string& job_id, int attempt, std::string_view archive,

@@ -107,6 +107,9 @@ class Client {
   Client(std::string server, std::string token, std::unique_ptr<HttpClient> http)
       : server_(std::move(server)), token_(std::move(token)), http_(std::move(http)) {}
   std::map<std::string, std::string> Headers(const std::string& content_type = "") const;
+  // POST /v1/agent/jobs/{id}/{stream}?attempt&offset: logs and metric lines.
+  Status PostStream(const std::string& job_id, const char* stream, int attempt, int64_t offset,
+                    std::string_view data, const std::string& content_type);
 
   std::string server_;
   std::string token_;

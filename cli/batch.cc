@@ -167,12 +167,6 @@ int RunCancel(const std::string& id, OutputFormat format) {
   return kExitOk;
 }
 
-std::string Cell(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  return v.dump();
-}
-
 int RunResults(const std::string& id, OutputFormat format) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
@@ -195,13 +189,13 @@ int RunResults(const std::string& id, OutputFormat format) {
   header.insert(header.end(), metrics.begin(), metrics.end());
   auto row = [&](const json& r) {
     std::vector<std::string> cells = {JsonString(r, "id")};
-    for (const auto& p : params) cells.push_back(r["params"].contains(p) ? Cell(r["params"][p]) : "");
+    for (const auto& p : params) cells.push_back(r["params"].contains(p) ? JsonText(r["params"][p]) : "");
     std::string status = JsonString(r, "status");
     if (!JsonString(r, "reason").empty() && status != "completed") status += " (" + JsonString(r, "reason") + ")";
     cells.push_back(status);
     cells.push_back(std::to_string(r.value("attempts", 0)));
     cells.push_back(CreditsText(r, "cost"));
-    for (const auto& m : metrics) cells.push_back(r["metrics"].contains(m) ? Cell(r["metrics"][m]) : "");
+    for (const auto& m : metrics) cells.push_back(r["metrics"].contains(m) ? JsonText(r["metrics"][m]) : "");
     return cells;
   };
   if (format == OutputFormat::kCsv) {

@@ -143,6 +143,12 @@ void AddOutputFlag(CLI::App* cmd, OutputFormat* format, bool csv) {
       ->option_text(csv ? "json|table|csv" : "json|table");
 }
 
+std::string JsonText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
 std::string CsvField(const std::string& text) {
   if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string out = "\"";

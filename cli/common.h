@@ -104,6 +104,10 @@ enum class OutputFormat { kTable, kJson, kCsv };
 // Adds "-o,--output json|table" (default table), with `csv` "json|table|csv".
 void AddOutputFlag(CLI::App* cmd, OutputFormat* format, bool csv = false);
 
+// A JSON value as a table cell: strings as they are, null as "", the rest
+// as JSON.
+std::string JsonText(const json& value);
+
 // One CSV field (RFC 4180): quoted when it holds a comma, quote or newline.
 std::string CsvField(const std::string& text);
 

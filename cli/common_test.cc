@@ -161,3 +161,19 @@ TEST(RunCliTest, UnreachableServerIsAnError) {
 
 }  // namespace
 }  // namespace tide::cli
+
+namespace tide::cli {
+namespace {
+
+TEST(CsvTest, FieldsAreQuotedOnlyWhenTheyMustBe) {
+  EXPECT_EQ(CsvField("plain"), "plain");
+  EXPECT_EQ(CsvField("a,b"), "\"a,b\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(CsvField("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(JsonText(json("x")), "x");
+  EXPECT_EQ(JsonText(json(nullptr)), "");
+  EXPECT_EQ(JsonText(json(0.5)), "0.5");
+}
+
+}  // namespace
+}  // namespace tide::cli

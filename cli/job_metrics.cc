@@ -21,12 +21,6 @@ struct MetricsOptions {
   OutputFormat format = OutputFormat::kTable;
 };
 
-std::string Cell(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  return v.dump();
-}
-
 int RunMetrics(const MetricsOptions& opts) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
@@ -42,7 +36,7 @@ int RunMetrics(const MetricsOptions& opts) {
   }
   if (opts.last) {
     Table t({"METRIC", "LAST"});
-    for (auto& [k, v] : (*answer)["last"].items()) t.AddRow({k, Cell(v)});
+    for (auto& [k, v] : (*answer)["last"].items()) t.AddRow({k, JsonText(v)});
     std::cout << t.ToString();
     return kExitOk;
   }
@@ -63,7 +57,7 @@ int RunMetrics(const MetricsOptions& opts) {
     for (const auto& p : points) {
       line.clear();
       for (size_t i = 0; i < columns.size(); ++i) {
-        line += (i ? "," : "") + CsvField(p.contains(columns[i]) ? Cell(p[columns[i]]) : "");
+        line += (i ? "," : "") + CsvField(p.contains(columns[i]) ? JsonText(p[columns[i]]) : "");
       }
       std::cout << line << "\n";
     }
@@ -72,7 +66,7 @@ int RunMetrics(const MetricsOptions& opts) {
   Table t(columns);
   for (const auto& p : points) {
     std::vector<std::string> row;
-    for (const auto& c : columns) row.push_back(p.contains(c) ? Cell(p[c]) : "-");
+    for (const auto& c : columns) row.push_back(p.contains(c) ? JsonText(p[c]) : "-");
     t.AddRow(std::move(row));
   }
   std::cout << t.ToString();

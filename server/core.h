@@ -396,8 +396,8 @@ class Core {
   ledger::Micros AttemptCapLocked(const api::JobSpec& spec, ledger::Micros rate) const;
   // What the running attempt of `e` may still cost, at most.
   ledger::Micros AttemptReserveLocked(const JobEntry& e) const;
-  // Charged to the job so far, all attempts.
-  ledger::Micros ChargedLocked(const api::Job& job) const;
+  // Charged to the job so far: all attempts, or only `only` (one of them).
+  ledger::Micros ChargedLocked(const api::Job& job, const api::Attempt* only = nullptr) const;
 
   store::Store* store_;
   Clock* clock_;

@@ -187,9 +187,10 @@ Micros Core::AttemptCapLocked(const api::JobSpec& spec, Micros rate) const {
   return WorstCaseLocked(once, rate);
 }
 
-Micros Core::ChargedLocked(const api::Job& job) const {
+Micros Core::ChargedLocked(const api::Job& job, const api::Attempt* only) const {
   Micros total = 0;
   for (const api::Attempt& a : job.attempts) {
+    if (only != nullptr && &a != only) continue;
     const size_t ranks = std::max<size_t>(1, a.ranks.size());
     for (size_t r = 0; r < ranks; ++r) {
       auto it = charged_.find(ChargeKey(job.id, a.attempt, static_cast<int>(r)));
@@ -202,12 +203,7 @@ Micros Core::ChargedLocked(const api::Job& job) const {
 Micros Core::AttemptReserveLocked(const JobEntry& e) const {
   if (e.job.attempts.empty()) return 0;
   const api::Attempt& a = e.job.attempts.back();
-  Micros charged = 0;
-  const size_t ranks = std::max<size_t>(1, a.ranks.size());
-  for (size_t r = 0; r < ranks; ++r) {
-    auto it = charged_.find(ChargeKey(e.job.id, a.attempt, static_cast<int>(r)));
-    if (it != charged_.end()) charged += it->second.gross;
-  }
+  const Micros charged = ChargedLocked(e.job, &a);
   Micros rate = a.rate;
   for (const auto& rank : a.ranks) rate = std::max(rate, rank.rate);
   return std::max<Micros>(0, AttemptCapLocked(e.job.spec, rate) - charged);

@@ -61,32 +61,21 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
     }
     auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
     if (!attempt.ok()) return ErrorResponse(attempt.status());
-    if (what == "logs" && req.method == "POST") {
+    if ((what == "logs" || what == "metrics") && req.method == "POST") {
+      // The log and the metric lines: appended by offset, per rank.
+      const Stream stream = what == "logs" ? Stream::kLog : Stream::kMetrics;
       if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
       auto offset = QueryInt(req, "offset", -1, 0, int64_t{1} << 50);
       if (!offset.ok()) return ErrorResponse(offset.status());
       if (*offset < 0) return ErrorResponse(Status::InvalidArgument("is required", "offset"));
       // A gang's ranks each have their own log; the node says which rank.
-      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
+      const int att = static_cast<int>(*attempt);
+      auto rank = core_->CheckAgentJob(node_id, job_id, att);
       if (!rank.ok()) return ErrorResponse(rank.status());
-      Status st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *rank, *offset, req.body);
+      Status st = blobs_->AppendLog(job_id, att, *rank, *offset, req.body, stream);
       if (!st.ok()) return ErrorResponse(st);
-      core_->NotifyChange();
-      return JsonResponse(200,
-                          {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt), *rank)}});
-    }
-    if (what == "metrics" && req.method == "POST") {
-      if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
-      auto offset = QueryInt(req, "offset", -1, 0, int64_t{1} << 50);
-      if (!offset.ok()) return ErrorResponse(offset.status());
-      if (*offset < 0) return ErrorResponse(Status::InvalidArgument("is required", "offset"));
-      auto rank = core_->CheckAgentJob(node_id, job_id, static_cast<int>(*attempt));
-      if (!rank.ok()) return ErrorResponse(rank.status());
-      Status st = blobs_->AppendLog(job_id, static_cast<int>(*attempt), *rank, *offset, req.body,
-                                    Stream::kMetrics);
-      if (!st.ok()) return ErrorResponse(st);
-      return JsonResponse(200, {{"size", blobs_->LogSize(job_id, static_cast<int>(*attempt), *rank,
-                                                         Stream::kMetrics)}});
+      if (stream == Stream::kLog) core_->NotifyChange();  // log follows wait for it
+      return JsonResponse(200, {{"size", blobs_->LogSize(job_id, att, *rank, stream)}});
     }
     if (what == "checkpoint" && (req.method == "PUT" || req.method == "GET")) {
       if (*attempt == 0) return ErrorResponse(Status::InvalidArgument("is required", "attempt"));
