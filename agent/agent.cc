@@ -37,6 +37,7 @@
 #include "agent/job_runner.h"
 #include "agent/node_identity.h"
 #include "agent/runtime/process_runtime.h"
+#include "agent/runtime/sandbox.h"
 #include "api/client.h"
 #include "common/log.h"
 
@@ -101,6 +102,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
 
  private:
   Status Setup(SignalWatcher* signals);
+  Status SetupRuntime();
   void HeartbeatLoop();
   void PollLoop();
   void HandleWork(const api::AgentWork& work, const char* from);
@@ -117,7 +119,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::vector<api::Gpu> gpus_;
   NodeIdentity identity_;
   std::unique_ptr<CgroupManager> cgroups_;  // null when this host gives the agent none
-  std::unique_ptr<ProcessRuntime> runtime_;
+  std::unique_ptr<ProcessRuntime> processes_;
+  std::unique_ptr<SandboxRuntime> sandbox_;  // with --runtime sandbox
+  Runtime* runtime_ = nullptr;               // what jobs run in: one of the above
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<JobRunner>> runners_;  // by Key()
@@ -165,22 +169,7 @@ Status Agent::Setup(SignalWatcher* signals) {
     spdlog::info("gpu {}: {} ({}, {} MiB) {}", g.index, g.name, g.model, g.memory_mb, g.uuid);
   }
 
-  api::RegisterRequest req;
-  req.name = name_;
-  req.hostname = host;
-  req.gpus = gpus_;
-  req.labels = options_.labels;
-  req.address = options_.advertise_addr;
-  req.prices = options_.prices;
-  RegisterOptions ro;
-  ro.server = options_.server;
-  ro.data_dir = data_dir_;
-  ro.join_token = options_.join_token;
-  ro.should_stop = [signals] { return signals->Wait(0) > 0; };
-  auto identity = Register(ro, req);
-  if (!identity.ok()) return identity.status();
-  identity_ = std::move(*identity);
-  runtime_ = std::make_unique<ProcessRuntime>();
+  processes_ = std::make_unique<ProcessRuntime>();
   // A cgroup per job, under the agent's own, for its limits and its kill.
   auto layout = DetectCgroups();
   if (layout.ok()) {
@@ -188,7 +177,7 @@ Status Agent::Setup(SignalWatcher* signals) {
     auto made = CgroupManager::Create(*layout, "tide-agent-" + std::to_string(::getpid()));
     if (made.ok()) {
       cgroups_ = std::move(made).value();
-      runtime_->set_cgroups(cgroups_.get());
+      processes_->set_cgroups(cgroups_.get());
       spdlog::info("job cgroups: {}", layout->Describe());
     } else {
       spdlog::warn("no job cgroups ({}): memory, CPU and process limits are not enforced",
@@ -198,6 +187,57 @@ Status Agent::Setup(SignalWatcher* signals) {
     spdlog::warn("no job cgroups ({}): memory, CPU and process limits are not enforced",
                  layout.status().message());
   }
+  TIDE_RETURN_IF_ERROR(SetupRuntime());
+
+  api::RegisterRequest req;
+  req.name = name_;
+  req.hostname = host;
+  req.gpus = gpus_;
+  req.labels = options_.labels;
+  req.address = options_.advertise_addr;
+  req.prices = options_.prices;
+  req.images = {"host"};
+  req.runtime = options_.runtime;
+  RegisterOptions ro;
+  ro.server = options_.server;
+  ro.data_dir = data_dir_;
+  ro.join_token = options_.join_token;
+  ro.should_stop = [signals] { return signals->Wait(0) > 0; };
+  auto identity = Register(ro, req);
+  if (!identity.ok()) return identity.status();
+  identity_ = std::move(*identity);
+  return Status::Ok();
+}
+
+Status Agent::SetupRuntime() {
+  if (options_.runtime == "process") {
+    if (!options_.insecure_process_runtime) {
+      return Status::InvalidArgument(
+          "--runtime process runs jobs as the agent's user, able to read its token and everything "
+          "else on this machine: it is for development only, pass --insecure-process-runtime too");
+    }
+    spdlog::warn("runtime: process (INSECURE: jobs run as uid {} and see the whole host)",
+                 ::geteuid());
+    runtime_ = processes_.get();
+    return Status::Ok();
+  }
+  if (options_.runtime != "sandbox") {
+    return Status::InvalidArgument("--runtime: want sandbox or process, got \"" +
+                                   options_.runtime + "\"");
+  }
+  SandboxOptions so;
+  auto uids = ParseUidRange(options_.job_uids);
+  if (!uids.ok()) return uids.status();
+  so.uids = *uids;
+  so.lock_dir = options_.uid_lock_dir;
+  so.gpu_dev_root = options_.gpu_dev_root;
+  so.hidden = {data_dir_};
+  auto sandbox = SandboxRuntime::Create(std::move(so), processes_.get());
+  if (!sandbox.ok()) return sandbox.status().WithContext("--runtime sandbox");
+  sandbox_ = std::move(*sandbox);
+  runtime_ = sandbox_.get();
+  spdlog::info("runtime: sandbox (bubblewrap {}, job uids {}, seccomp{})", sandbox_->options().bwrap,
+               options_.job_uids, cgroups_ ? ", cgroups" : "");
   return Status::Ok();
 }
 
@@ -362,7 +402,7 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
     deps.server = options_.server;
     deps.node_token = identity_.node_token;
     deps.data_dir = data_dir_;
-    deps.runtime = runtime_.get();
+    deps.runtime = runtime_;
     deps.node_gpus = gpus_;
     deps.checkpoint_interval_ms = options_.checkpoint_interval_ms;
     deps.pids_limit = options_.job_pids_limit;

@@ -29,6 +29,16 @@ struct AgentOptions {
   int64_t checkpoint_interval_ms = 300'000;
   // Processes and threads one job may have at once (its cgroup's pids.max).
   int64_t job_pids_limit = 4096;
+  // How jobs run (docs/security.md):
+  //   sandbox  bubblewrap, a uid of its own from `job_uids`, seccomp, only
+  //            its GPUs' devices, no network unless the job asks (default);
+  //   process  plain processes as the agent's user, seeing the whole host:
+  //            for development, refused without insecure_process_runtime.
+  std::string runtime = "sandbox";
+  bool insecure_process_runtime = false;
+  std::string job_uids = "2000000000-2000065535";  // FIRST-LAST, no user's
+  std::string uid_lock_dir = "/run/tide/job-uids";   // claims shared by agents of a host
+  std::string gpu_dev_root = "/dev";               // where /dev/nvidia* are
   std::string log_level = "info";
 
   // When the agent runs inside another process (`tide dev`, tests): the agent

@@ -28,6 +28,12 @@ class AgentTest : public ::testing::Test {
     char tmpl[] = "/tmp/tide-agent-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    if (::geteuid() == 0) {
+      ::chmod(dir_.c_str(), 0711);  // sandboxed jobs, as their own uids, reach their dirs
+    } else {
+      options_.runtime = "process";  // the sandbox needs root
+      options_.insecure_process_runtime = true;
+    }
     options_.server = server_.url();
     options_.join_token = testing::kJoinToken;
     options_.data_dir = dir_ + "/agent";
@@ -158,7 +164,8 @@ TEST_F(AgentTest, RunsAJobAndReportsEverything) {
   ASSERT_EQ(stat((options_.data_dir + "/node.token").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(options_.data_dir.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // Sandboxed jobs may enter it to reach their own directories, not list it.
+  EXPECT_EQ(st.st_mode & 0777, ::geteuid() == 0 ? 0711u : 0700u);
 
   api::Job job = MakeJob("j-ok", R"(
     echo hello; echo oops >&2
@@ -198,7 +205,7 @@ TEST_F(AgentTest, RunsAJobAndReportsEverything) {
   EXPECT_NE(env.find("TIDE_ATTEMPT=1\n"), std::string::npos);
   EXPECT_NE(env.find("TIDE_OUTPUT_DIR=" + root + "/output\n"), std::string::npos);
   EXPECT_NE(env.find("TIDE_CHECKPOINT_DIR=" + root + "/checkpoint\n"), std::string::npos);
-  EXPECT_NE(env.find("TIDE_NOTICE_FILE=" + root + "/notice\n"), std::string::npos);
+  EXPECT_NE(env.find("TIDE_NOTICE_FILE=" + root + "/control/notice\n"), std::string::npos);
   EXPECT_NE(env.find("TIDE_GPU_UUIDS=GPU-"), std::string::npos);
 
   // Reported: it leaves the running list; a re-delivery is ignored.

@@ -1,6 +1,7 @@
 #include "agent/check.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -14,11 +15,15 @@
 #include <iostream>
 
 #include "agent/runtime/cgroup.h"
+#include "agent/runtime/sandbox.h"
 
 namespace tide::agent {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A uid no user has, for the sandbox probe: the top of the default job range.
+constexpr uid_t kCheckUid = 2000065535;
 
 // Runs `fn` in a child process; true if it exited 0.
 template <typename F>
@@ -111,6 +116,52 @@ std::vector<CheckItem> CheckHost() {
                  bwrap.empty() ? "not installed (Debian package bubblewrap)"
                  : bwrap_runs  ? bwrap + " runs a command in new namespaces"
                                : bwrap + " is installed but cannot make namespaces here"});
+  Result<std::string> filter = JobSeccompFilter();
+  // The sandbox a job gets, whole: its uid, mounts, namespaces and filter.
+  std::string sandbox_why;
+  bool sandbox = false;
+  if (bwrap.empty()) {
+    sandbox_why = "needs bubblewrap";
+  } else if (::geteuid() != 0) {
+    sandbox_why = "needs root, to run each job as a uid of its own";
+  } else if (!filter.ok()) {
+    sandbox_why = "seccomp: " + filter.status().message();
+  } else {
+    int fp[2];
+    if (::pipe(fp) == 0) {
+      ssize_t w = ::write(fp[1], filter->data(), filter->size());
+      ::close(fp[1]);
+      SandboxPlan plan;
+      plan.uid = kCheckUid;
+      plan.work_dir = "/";
+      plan.seccomp_fd = fp[0];
+      plan.command = {"true"};
+      std::vector<std::string> args = BwrapArgs(plan);
+      sandbox = w == static_cast<ssize_t>(filter->size()) && InChild([&] {
+        int null = ::open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+          ::dup2(null, 1);
+          ::dup2(null, 2);
+        }
+        if (::setgroups(0, nullptr) != 0 || ::setresgid(kCheckUid, kCheckUid, kCheckUid) != 0 ||
+            ::setresuid(kCheckUid, kCheckUid, kCheckUid) != 0) {
+          return false;
+        }
+        std::vector<char*> argv = {bwrap.data()};
+        for (std::string& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(bwrap.c_str(), argv.data());
+        return false;
+      });
+      ::close(fp[0]);
+      if (!sandbox) sandbox_why = "bwrap failed to start a job's sandbox as uid " + std::to_string(kCheckUid);
+    }
+  }
+  out.push_back({"job sandbox", sandbox,
+                 sandbox ? "a job's sandbox ran as uid " + std::to_string(kCheckUid) +
+                               ": no capabilities, read-only system, private /tmp, no network, "
+                               "seccomp"
+                         : sandbox_why});
   out.push_back({"user namespaces", InChild([] { return ::unshare(CLONE_NEWUSER) == 0; }),
                  "unshare(CLONE_NEWUSER) in a child"});
   out.push_back({"pid, mount, ipc, uts namespaces",
@@ -131,10 +182,11 @@ std::vector<CheckItem> CheckHost() {
   out.push_back({"GPU devices", devices > 0,
                  devices > 0 ? std::to_string(devices) + " /dev/nvidia* nodes"
                              : "no /dev/nvidia* (fake GPUs only)"});
-  out.push_back({"runtime", true,
-                 "process: each job in its own session and cgroup, as the agent's user; the "
-                 "bubblewrap sandbox (per-job uid, namespaces, seccomp) is not built yet "
-                 "(docs/security.md)"});
+  out.push_back({"runtime", sandbox,
+                 sandbox ? "sandbox (the default) works here"
+                         : "sandbox cannot run here (" + sandbox_why +
+                               "): only --runtime process --insecure-process-runtime would, "
+                               "and it does not contain jobs (docs/security.md)"});
   return out;
 }
 

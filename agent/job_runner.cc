@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +62,28 @@ bool IsSafeJobId(const std::string& id) {
   return true;
 }
 
+// While alive, this thread opens files with the rights of `uid` (-1: no
+// change), so a link a job planted in its own directories cannot make the
+// agent read what the job itself may not.
+class FsUidScope {
+ public:
+  explicit FsUidScope(int64_t uid) : uid_(uid) {
+    if (uid_ < 0) return;
+    ::setfsgid(static_cast<gid_t>(uid_));
+    ::setfsuid(static_cast<uid_t>(uid_));
+  }
+  ~FsUidScope() {
+    if (uid_ < 0) return;
+    ::setfsuid(::geteuid());
+    ::setfsgid(::getegid());
+  }
+  FsUidScope(const FsUidScope&) = delete;
+  FsUidScope& operator=(const FsUidScope&) = delete;
+
+ private:
+  int64_t uid_;
+};
+
 // Names, sizes and modification times of everything under `dir`: two equal
 // fingerprints mean nothing was written in between. "" for an empty or
 // missing directory.
@@ -104,7 +127,9 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
   p.work = p.root + "/work";
   p.output = p.root + "/output";
   p.checkpoint = p.root + "/checkpoint";
-  p.notice = p.root + "/notice";
+  // The agent writes the notice; the job may only read it.
+  p.control = p.root + "/control";
+  p.notice = p.control + "/notice";
   p.metrics = p.root + "/metrics.jsonl";
   p.log = p.root + "/log";
   return p;
@@ -283,6 +308,7 @@ void JobRunner::ControlMain() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       started_ = true;
+      job_uid_ = process->uid();
     }
     cv_.notify_all();
     RunProcess(process.get());
@@ -322,7 +348,7 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   fs::remove_all(paths_.work, ec);
   fs::remove_all(paths_.output, ec);
   fs::remove(paths_.notice, ec);
-  for (const std::string& dir : {paths_.work, paths_.output, paths_.checkpoint}) {
+  for (const std::string& dir : {paths_.work, paths_.output, paths_.checkpoint, paths_.control}) {
     fs::create_directories(dir, ec);
     if (ec) return Status::Internal("create " + dir + ": " + ec.message());
   }
@@ -357,6 +383,16 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   spec->limits.memory_bytes = job_.spec.resources.memory_mb << 20;
   spec->limits.cpus = job_.spec.resources.cpus;
   spec->limits.pids = deps_.pids_limit;
+  spec->writable = {paths_.work, paths_.output, paths_.checkpoint, paths_.metrics};
+  spec->readable = {paths_.control};
+  for (int index : job_.gpus) {
+    for (const api::Gpu& g : deps_.node_gpus) {
+      if (g.index == index) spec->devices.push_back("nvidia" + std::to_string(g.minor >= 0 ? g.minor : g.index));
+    }
+  }
+  if (!job_.gpus.empty()) spec->devices.insert(spec->devices.end(), {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"});
+  spec->network = job_.spec.network;
+  spec->hostname = deps_.node_name.empty() ? "tide-job" : deps_.node_name;
   return Status::Ok();
 }
 
@@ -745,20 +781,25 @@ void JobRunner::ReporterMain() {
 }
 
 JobRunner::Call JobRunner::UploadCheckpoint(api::Client* client, bool final) {
-  std::string before = CheckpointFingerprint(paths_.checkpoint);
-  if (before.empty() || before == checkpoint_sent_) return Call::kOk;
-  PackOptions options;
-  options.skip_other_files = true;
-  options.max_bytes = static_cast<int64_t>(api::kMaxUploadBody);
-  Result<std::string> archive = PackDirectory(paths_.checkpoint, options);
-  if (!archive.ok()) {
-    spdlog::warn("job {} attempt {}: checkpoint not uploaded: {}", job_.id, job_.attempt,
-                 archive.status().ToString());
-    return Call::kOk;
+  std::string before;
+  Result<std::string> archive = std::string();
+  {
+    FsUidScope as_job(job_uid_);
+    before = CheckpointFingerprint(paths_.checkpoint);
+    if (before.empty() || before == checkpoint_sent_) return Call::kOk;
+    PackOptions options;
+    options.skip_other_files = true;
+    options.max_bytes = static_cast<int64_t>(api::kMaxUploadBody);
+    archive = PackDirectory(paths_.checkpoint, options);
+    if (!archive.ok()) {
+      spdlog::warn("job {} attempt {}: checkpoint not uploaded: {}", job_.id, job_.attempt,
+                   archive.status().ToString());
+      return Call::kOk;
+    }
+    // Written to while it was packed: the archive may hold half a file.
+    // While the job runs, try again next time; at the end nothing writes.
+    if (!final && CheckpointFingerprint(paths_.checkpoint) != before) return Call::kOk;
   }
-  // Written to while it was packed: the archive may hold half a file.
-  // While the job runs, try again next time; at the end nothing writes.
-  if (!final && CheckpointFingerprint(paths_.checkpoint) != before) return Call::kOk;
   const std::string digest = Sha256Hex(*archive);
   Call c;
   if (final) {
@@ -804,7 +845,11 @@ JobRunner::Call JobRunner::UploadOutputs(api::Client* client) {
       continue;
     }
     // The job is dead, but still: never follow a link out of output/.
-    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd;
+    {
+      FsUidScope as_job(job_uid_);
+      fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
     if (fd < 0) continue;
     struct stat sb {};
     if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

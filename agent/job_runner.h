@@ -43,6 +43,7 @@ struct JobPaths {
   std::string work;        // cwd of the job, code unpacked here
   std::string output;      // TIDE_OUTPUT_DIR: uploaded when the job ends
   std::string checkpoint;  // TIDE_CHECKPOINT_DIR
+  std::string control;     // the agent's, read-only to the job: holds the notice
   std::string notice;      // TIDE_NOTICE_FILE: written before SIGTERM
   std::string metrics;     // TIDE_METRICS_FILE: JSON lines the job appends
   std::string log;         // stdout+stderr, as shipped
@@ -163,6 +164,9 @@ class JobRunner {
 
   int log_fd_ = -1;
   std::string checkpoint_sent_;  // fingerprint of what the server holds (reporter)
+  // The uid the job runs as (-1: the agent's): its files are read with its
+  // rights. Set by the control thread before the reporter reads files.
+  std::atomic<int64_t> job_uid_{-1};
   std::atomic<int64_t> log_written_{0};
   std::atomic<bool> abandoned_{false};
   std::atomic<bool> rejected_{false};

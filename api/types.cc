@@ -167,7 +167,7 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     spec.name = *v;
   }
   if (auto v = r.String("image")) {
-    if (v->empty()) r.Fail("image", "must not be empty");
+    if (std::string why = CheckImageName(*v); !why.empty()) r.Fail("image", why);
     spec.image = *v;
   }
   // command: a list of arguments, or one string run by /bin/sh -c.
@@ -292,6 +292,14 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     else spec.checkpoint_interval_s = *d;
   }
   if (auto v = r.Bool("slurm")) spec.slurm = *v;
+  // A gang's ranks meet over the network, so a gang has it unless it says no
+  // (which cannot work).
+  std::optional<bool> network = r.Bool("network");
+  spec.network = network.value_or(spec.resources.nodes > 1);
+  if (network && !*network && spec.resources.nodes > 1) {
+    r.Fail("network", "a job on " + std::to_string(spec.resources.nodes) +
+                          " nodes needs the network for its ranks to meet");
+  }
   if (const json* deps = r.Raw("depends_on")) {
     if (!deps->is_array()) {
       r.Fail("depends_on", "must be a list of {\"job\": ID, \"condition\": \"afterok\"}");
@@ -369,6 +377,7 @@ json ToJson(const JobSpec& s) {
   if (s.retry_times > 0) j["retry_times"] = s.retry_times;
   if (s.checkpoint_interval_s > 0) j["checkpoint_interval"] = s.checkpoint_interval_s;
   if (s.slurm) j["slurm"] = true;
+  if (s.network) j["network"] = true;
   if (!s.depends_on.empty()) {
     json deps = json::array();
     for (const auto& d : s.depends_on) deps.push_back({{"job", d.job}, {"condition", d.condition}});
@@ -506,7 +515,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   json spec = json::object();
   for (const char* k : {"name", "image", "command", "env", "resources", "max_runtime", "grace",
                         "code", "tags", "tier", "priority", "constraints", "max_price", "max_cost",
-                        "retry_times", "checkpoint_interval", "slurm", "depends_on"}) {
+                        "retry_times", "checkpoint_interval", "slurm", "network", "depends_on"}) {
     if (j.contains(k)) spec[k] = j[k];
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
@@ -571,6 +580,7 @@ json ToJson(const Gpu& g) {
           {"model", g.model},
           {"memory_mb", g.memory_mb},
           {"uuid", g.uuid},
+          {"minor", g.minor},
           {"utilization_pct", g.utilization_pct},
           {"memory_used_mb", g.memory_used_mb},
           {"temperature_c", g.temperature_c}};
@@ -586,6 +596,7 @@ Result<Gpu> GpuFromJson(const json& j, const std::string& prefix) {
   if (g.model.empty()) g.model = CanonicalGpuModel(g.name);
   if (auto v = r.Int("memory_mb")) g.memory_mb = *v;
   if (auto v = r.String("uuid")) g.uuid = *v;
+  if (auto v = r.Int("minor")) g.minor = static_cast<int>(*v);
   if (auto v = r.Int("utilization_pct")) g.utilization_pct = static_cast<int>(*v);
   if (auto v = r.Int("memory_used_mb")) g.memory_used_mb = *v;
   if (auto v = r.Int("temperature_c")) g.temperature_c = static_cast<int>(*v);
@@ -621,6 +632,8 @@ json ToJson(const Node& n) {
           {"state", n.state == NodeState::kReady ? "ready" : "lost"},
           {"gpus", gpus},
           {"labels", n.labels},
+          {"images", n.images},
+          {"runtime", n.runtime},
           {"draining", n.draining},
           {"registered_at", n.registered_at},
           {"last_heartbeat", n.last_heartbeat}};
@@ -641,6 +654,8 @@ Result<Node> NodeFromJsonImpl(const json& j) {
   if (!gpus.ok()) return gpus.status();
   n.gpus = *gpus;
   if (j.contains("labels")) n.labels = j["labels"].get<std::map<std::string, std::string>>();
+  if (j.contains("images")) n.images = j["images"].get<std::vector<std::string>>();
+  n.runtime = j.value("runtime", "sandbox");
   n.draining = j.value("draining", false);
   n.registered_at = j.value("registered_at", int64_t{0});
   n.last_heartbeat = j.value("last_heartbeat", int64_t{0});
@@ -654,10 +669,25 @@ Result<Node> NodeFromJson(const json& j) {
 
 // ---------------------------------------------------------------- agent protocol
 
+std::string CheckImageName(const std::string& name) {
+  if (name.empty() || name.size() > 200) return "must be 1 to 200 characters";
+  if (name[0] == '.' || name[0] == '-' || name[0] == '/') {
+    return "must not start with '.', '-' or '/'";
+  }
+  for (char c : name) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+              c == ':' || c == '/' || c == '@';
+    if (!ok) return std::string("has '") + c + "': only letters, digits and . _ - : / @";
+  }
+  if (name.find("..") != std::string::npos) return "must not hold \"..\"";
+  return "";
+}
+
 json ToJson(const RegisterRequest& r) {
   json gpus = json::array();
   for (auto& g : r.gpus) gpus.push_back(ToJson(g));
-  json j = {{"name", r.name}, {"hostname", r.hostname}, {"gpus", gpus}, {"labels", r.labels}};
+  json j = {{"name", r.name},     {"hostname", r.hostname}, {"gpus", gpus},
+            {"labels", r.labels}, {"images", r.images},     {"runtime", r.runtime}};
   if (!r.address.empty()) j["address"] = r.address;
   if (!r.prices.empty()) j["prices"] = r.prices;
   return j;
@@ -693,6 +723,27 @@ Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
       if (!why.empty()) r.Fail("labels." + k, why);
     }
     req.labels = *v;
+  }
+  if (const json* v = r.Raw("images")) {
+    req.images.clear();
+    if (!v->is_array() || v->empty() || v->size() > 64) {
+      r.Fail("images", "must be a list of 1 to 64 image names");
+    } else {
+      for (const json& i : *v) {
+        std::string why = i.is_string() ? CheckImageName(i.get<std::string>()) : "must be a string";
+        if (!why.empty()) {
+          r.Fail("images", why);
+          break;
+        }
+        req.images.push_back(i.get<std::string>());
+      }
+    }
+  }
+  if (auto v = r.String("runtime")) {
+    if (*v != "sandbox" && *v != "process" && *v != "oci") {
+      r.Fail("runtime", "must be sandbox, process or oci");
+    }
+    req.runtime = *v;
   }
   TIDE_RETURN_IF_ERROR(r.Finish());
   auto gpus = GpuList(j, "gpus");

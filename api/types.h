@@ -81,6 +81,9 @@ struct JobSpec {
   int64_t checkpoint_interval_s = 0;
   // Sets the SLURM_* variables a Slurm batch script expects (tide sbatch).
   bool slurm = false;
+  // Outbound network for the job; without it the sandbox has only its own
+  // loopback. Gangs (nodes > 1) have it unless they say otherwise.
+  bool network = false;
   // Jobs that must end first: the job waits until the condition holds, and
   // is cancelled (reason dependency_never_satisfied) once it cannot.
   struct Dependency {
@@ -182,6 +185,7 @@ struct Gpu {
   std::string model;  // canonical
   int64_t memory_mb = 0;
   std::string uuid;
+  int minor = -1;  // device node /dev/nvidia<minor>; -1: the same as index
   // Telemetry from the last heartbeat; -1 = unknown.
   int utilization_pct = -1;
   int64_t memory_used_mb = -1;
@@ -208,6 +212,10 @@ struct Node {
   NodeState state = NodeState::kReady;
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;  // region, data_residency, ...
+  // The images its agent can run jobs in ("host", an OCI image's name);
+  // a job's `image` must be one of them.
+  std::vector<std::string> images = {"host"};
+  std::string runtime = "sandbox";  // how its agent runs jobs: sandbox, process
   bool draining = false;  // keeps its jobs, takes no new ones
   int64_t registered_at = 0;
   int64_t last_heartbeat = 0;
@@ -224,10 +232,16 @@ struct RegisterRequest {
   std::map<std::string, int64_t> prices;  // the provider's ask per GPU model
   std::vector<Gpu> gpus;
   std::map<std::string, std::string> labels;
+  std::vector<std::string> images = {"host"};  // what jobs may ask for in `image`
+  std::string runtime = "sandbox";
 };
 // Label keys and values: 1-63 characters of [A-Za-z0-9._-]; "" if ok,
 // else what is wrong.
 std::string CheckLabel(const std::string& key, const std::string& value);
+// An image name ("host", "pytorch-2.3", "ghcr.io/org/img:tag"): 1-200
+// characters of [A-Za-z0-9._:/@-], not starting with '.', '-' or '/'; "" if
+// ok, else what is wrong.
+std::string CheckImageName(const std::string& name);
 // An agent's advertised address: an IP address or a host name; "" if ok.
 std::string CheckAddress(const std::string& address);
 json ToJson(const RegisterRequest& r);

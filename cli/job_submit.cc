@@ -192,6 +192,7 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
   if (!flags.grace.empty()) put("grace", flags.grace);
   if (!flags.tier.empty()) put("tier", flags.tier);
   if (flags.retry_times) put("retry_times", *flags.retry_times);
+  if (flags.network) put("network", true);
   if (!flags.code.empty()) put("code", flags.code);
   if (!flags.command.empty()) put("command", flags.command);
 
@@ -270,6 +271,8 @@ void AddSubmitCommand(CLI::App& app) {
       ->check(CLI::IsMember({"on-demand", "spot"}));
   cmd->add_option("--retry-times", f.retry_times, "Run a failed job again, up to this many times")
       ->check(CLI::Range(0, 100));
+  cmd->add_flag("--network", f.network,
+                "Give the job outbound network (it has only its own loopback without)");
   cmd->add_option("-e,--env", f.env, "Environment variable NAME=VALUE (or NAME to copy it)")
       ->take_all();
   cmd->add_option("-t,--tag", f.tags, "Tag (repeatable)")->take_all();

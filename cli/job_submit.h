@@ -27,6 +27,7 @@ struct SubmitFlags {
   std::string grace;              // "30s"
   std::string tier;               // "on-demand" or "spot"
   std::optional<int> retry_times;
+  bool network = false;  // --network: outbound network for the job
   std::vector<std::string> env;   // "K=V", or "K" to copy K from this environment
   std::vector<std::string> tags;  // added to the spec's tags
   std::vector<std::string> command;

@@ -404,6 +404,11 @@ int RunDev(const DevOptions& opts) {
     agent_args.push_back("--fake-gpus");
     agent_args.push_back(fake_gpus);
   }
+  if (::geteuid() != 0) {
+    // The sandbox gives each job a uid of its own, which takes root.
+    Say("not root: jobs run as plain processes of your user (--runtime process), not sandboxed");
+    agent_args.insert(agent_args.end(), {"--runtime", "process", "--insecure-process-runtime"});
+  }
   auto agent_or =
       Spawn("agent", agent_args, {"TIDE_JOIN_TOKEN=" + join->token}, signals.old_mask());
   if (!agent_or.ok()) return finish(cli::PrintError(agent_or.status()));

@@ -113,6 +113,22 @@ void AddAgentCommand(CLI::App& app) {
   cmd->add_option("--job-pids-limit", opts->job_pids_limit,
                   "Processes and threads one job may have at once (its cgroup's pids.max)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 22));
+  cmd->add_option("--runtime", opts->runtime,
+                  "How jobs run: sandbox (bubblewrap, a uid per job, seccomp, no network unless "
+                  "asked) or process (plain processes as the agent's user: development only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sandbox", "process"}));
+  cmd->add_flag("--insecure-process-runtime", opts->insecure_process_runtime,
+                "Allow --runtime process: jobs can then read the node token and the whole host");
+  cmd->add_option("--job-uids", opts->job_uids,
+                  "Host uids for sandboxed jobs, FIRST-LAST; none may belong to a user")
+      ->capture_default_str();
+  cmd->add_option("--uid-lock-dir", opts->uid_lock_dir,
+                  "Where the agents of this host claim job uids")
+      ->capture_default_str();
+  cmd->add_option("--gpu-dev-root", opts->gpu_dev_root,
+                  "Where the GPU device nodes (nvidia0, nvidiactl, ...) are found")
+      ->capture_default_str();
   AddDurationMs(cmd, "--checkpoint-interval", &opts->checkpoint_interval_ms,
                 "How often a running job's changed TIDE_CHECKPOINT_DIR is uploaded, e.g. 5m "
                 "(a job's checkpoint_interval wins)");

@@ -26,6 +26,10 @@ bool LabelsHold(const PendingJob& job, const NodeView& node) {
   return true;
 }
 
+bool ImageOffered(const PendingJob& job, const NodeView& node) {
+  return std::find(node.images.begin(), node.images.end(), job.image) != node.images.end();
+}
+
 bool HostFits(const PendingJob& job, const NodeView& node) {
   if (job.cpus > 0 && node.cpus > 0 && node.cpus < job.cpus) return false;
   if (job.memory_mb > 0 && node.memory_mb > 0 && node.memory_mb < job.memory_mb) return false;
@@ -54,7 +58,7 @@ bool GpuMatches(const PendingJob& job, const GpuSlot& gpu) {
 int UsableGpus(const PendingJob& job, const NodeView& node) {
   if (!node.schedulable || node.draining) return 0;
   if (job.max_price > 0 && node.price > job.max_price) return 0;
-  if (!LabelsHold(job, node) || !HostFits(job, node)) return 0;
+  if (!ImageOffered(job, node) || !LabelsHold(job, node) || !HostFits(job, node)) return 0;
   return MatchingGpus(job, node);
 }
 
@@ -75,7 +79,7 @@ std::string Describe(const PendingJob& job) {
 std::string Unsatisfiable(const PendingJob& job, const std::vector<NodeView>& nodes,
                           WaitKind* kind) {
   *kind = WaitKind::kUnsatisfiable;
-  int ready = 0, draining = 0, typed = 0, sized = 0, counted = 0, labelled = 0, hosted = 0,
+  int ready = 0, draining = 0, imaged = 0, typed = 0, sized = 0, counted = 0, labelled = 0, hosted = 0,
       priced = 0;
   int64_t cheapest = -1;
   for (const auto& n : nodes) {
@@ -85,6 +89,8 @@ std::string Unsatisfiable(const PendingJob& job, const std::vector<NodeView>& no
       ++draining;
       continue;
     }
+    if (!ImageOffered(job, n)) continue;
+    ++imaged;
     bool type_ok = false, size_ok = false;
     for (const auto& g : n.gpus) {
       if (!TypeMatches(job, g)) continue;
@@ -110,6 +116,11 @@ std::string Unsatisfiable(const PendingJob& job, const std::vector<NodeView>& no
   std::string types = job.gpu_types.empty() ? "GPU" : Join(job.gpu_types, "|");
   if (ready == 0) return "no node is registered";
   if (ready == draining) return "every node is draining";
+  if (imaged < need && imaged < ready - draining) {
+    return (need > 1 ? "fewer than " + std::to_string(need) + " nodes offer"
+                     : std::string("no node offers")) +
+           " image \"" + job.image + "\"";
+  }
   if (typed == 0) return "no node has gpu_type=" + Join(job.gpu_types, "|");
   if (sized == 0) {
     return "no node has a " + types + " with " + std::to_string(job.gpu_memory_mb / 1024) +

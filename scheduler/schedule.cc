@@ -137,12 +137,14 @@ uint64_t ShapeHash(const PendingJob& j) {
   h = (h ^ static_cast<uint64_t>(j.memory_mb)) * 1099511628211ull;
   for (const auto& t : j.gpu_types) h = Fnv(h, t);
   for (const auto& [a, b] : j.constraints) h = Fnv(Fnv(h, a), b);
+  h = Fnv(h, j.image);
   return h;
 }
 
 bool SameShape(const PendingJob& a, const PendingJob& b) {
   return a.gpu_memory_mb == b.gpu_memory_mb && a.max_price == b.max_price && a.cpus == b.cpus &&
-         a.memory_mb == b.memory_mb && a.gpu_types == b.gpu_types && a.constraints == b.constraints;
+         a.memory_mb == b.memory_mb && a.gpu_types == b.gpu_types && a.constraints == b.constraints &&
+         a.image == b.image;
 }
 
 

@@ -112,6 +112,29 @@ TEST(Feasibility, EachFilterNamesItself) {
   EXPECT_EQ(why(j).second, "1 of the 2 nodes needed have 1 GPU");
 }
 
+TEST(Feasibility, AJobRunsOnlyWhereItsImageIsOffered) {
+  std::vector<NodeView> nodes = {Node("n1", 2), Node("n2", 2)};
+  nodes[1].images = {"host", "pytorch-2.3"};
+  for (int round = 0; round < 2; ++round) {
+    nodes[0].images = round == 0 ? std::vector<std::string>{"host"} : std::vector<std::string>{};
+    std::vector<PendingJob> q = {Job("torch", 1)};
+    q[0].image = "pytorch-2.3";
+    Plan plan = Schedule({nodes, q});
+    ASSERT_EQ(plan.placements.size(), 1u);
+    EXPECT_EQ(plan.placements[0].allocs[0].node_id, "n2");
+  }
+  Plan plan;
+  std::vector<PendingJob> missing = {Job("jax", 1)};
+  missing[0].image = "jax-0.4";
+  plan = Schedule({nodes, missing});
+  EXPECT_TRUE(plan.placements.empty());
+  EXPECT_EQ(Reason(plan, missing, "jax"), "no node offers image \"jax-0.4\"");
+  missing[0].image = "pytorch-2.3";
+  missing[0].nodes = 2;
+  plan = Schedule({nodes, missing});
+  EXPECT_EQ(Reason(plan, missing, "jax"), "fewer than 2 nodes offer image \"pytorch-2.3\"");
+}
+
 TEST(Feasibility, LostAndDrainingNodesTakeNothing) {
   std::vector<NodeView> nodes = {Node("n1", 2), Node("n2", 2)};
   nodes[0].schedulable = false;

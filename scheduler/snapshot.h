@@ -77,6 +77,7 @@ struct NodeView {
   int64_t memory_mb = 0;
   int64_t memory_free_mb = 0;
   std::map<std::string, std::string> labels;  // region, data_residency, vc, ...
+  std::vector<std::string> images = {"host"};  // what its agent can run jobs in
   int64_t price = 0;         // micro-credits per GPU-hour; 0 = free
   double reliability = 1.0;  // 0..1, higher is better (completed / started)
 };
@@ -119,6 +120,7 @@ struct PendingJob {
   double cpus = 0;                     // per node; 0 = unspecified
   int64_t memory_mb = 0;               // per node; 0 = unspecified
   std::map<std::string, std::string> constraints;  // node labels that must hold
+  std::string image = "host";                      // the node must offer it
   int64_t max_price = 0;    // micro-credits per GPU-hour; 0 = no cap
   int64_t max_runtime_ms = 0;  // 0 = none
   int64_t submitted_at = 0;    // ties broken by id

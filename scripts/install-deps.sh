@@ -8,6 +8,8 @@ packages=(
   libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev libssl-dev libarchive-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps
+  # the job sandbox (agent/runtime/sandbox.h)
+  libseccomp-dev bubblewrap
   # examples/pytorch-classifier and its end-to-end tests (CPU)
   python3-torch python3-torchvision
 )

@@ -481,6 +481,7 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     v.schedulable = n.node.state == api::NodeState::kReady;
     v.draining = n.node.draining;
     v.labels = n.node.labels;
+    v.images = n.node.images;
     static const api::JobSpec kOnDemand;
     for (const auto& g : n.node.gpus) v.price = std::max(v.price, NodeRateLocked(n.node, g.index, kOnDemand));
     std::set<int> used;
@@ -541,6 +542,7 @@ void Core::BuildSnapshot(int64_t now, Snapshot& snap, const std::vector<std::str
     p.cpus = r.cpus;
     p.memory_mb = r.memory_mb;
     p.constraints = spec.constraints;
+    p.image = spec.image;
     p.max_price = spec.max_price;
     p.max_runtime_ms = spec.max_runtime_s * 1000;
     p.submitted_at = static_cast<int64_t>(e.order);
@@ -1111,6 +1113,8 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
     n.node.prices = req.prices;
     n.node.gpus = req.gpus;
     n.node.labels = req.labels;
+    n.node.images = req.images;
+    n.node.runtime = req.runtime;
     for (auto& g : n.node.gpus) {
       if (g.model.empty()) g.model = api::CanonicalGpuModel(g.name);
     }

@@ -659,6 +659,7 @@ Result<Estimate> Core::EstimateCost(const api::JobSpec& spec, double hours, int6
   p.gpu_types = spec.resources.gpu_types;
   p.gpu_memory_mb = spec.resources.gpu_memory_mb;
   p.constraints = spec.constraints;
+  p.image = spec.image;
   p.max_price = spec.max_price;
   p.max_runtime_ms = static_cast<int64_t>(hours * 3'600'000.0);
   p.submitted_at = std::numeric_limits<int64_t>::max() / 2;

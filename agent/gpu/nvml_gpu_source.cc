@@ -30,6 +30,7 @@ using ErrorStringFn = const char* (*)(nvmlReturn_t);
 using GetCountFn = nvmlReturn_t (*)(unsigned int*);
 using GetHandleFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
 using GetStringFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using GetMinorFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
 using GetMemoryFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
 using GetUtilizationFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlUtilization_t*);
 using GetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t, int, unsigned int*);
@@ -45,6 +46,7 @@ struct NvmlGpuSource::Api {
   GetHandleFn get_handle = nullptr;
   GetStringFn get_name = nullptr;
   GetStringFn get_uuid = nullptr;
+  GetMinorFn get_minor = nullptr;  // optional
   GetMemoryFn get_memory = nullptr;
   GetUtilizationFn get_utilization = nullptr;
   GetTemperatureFn get_temperature = nullptr;
@@ -80,6 +82,7 @@ Result<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Create() {
   api->get_handle = reinterpret_cast<GetHandleFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
   api->get_name = reinterpret_cast<GetStringFn>(sym("nvmlDeviceGetName"));
   api->get_uuid = reinterpret_cast<GetStringFn>(sym("nvmlDeviceGetUUID"));
+  api->get_minor = reinterpret_cast<GetMinorFn>(dlsym(api->lib, "nvmlDeviceGetMinorNumber"));
   api->get_memory = reinterpret_cast<GetMemoryFn>(sym("nvmlDeviceGetMemoryInfo"));
   api->get_utilization = reinterpret_cast<GetUtilizationFn>(sym("nvmlDeviceGetUtilizationRates"));
   api->get_temperature = reinterpret_cast<GetTemperatureFn>(sym("nvmlDeviceGetTemperature"));
@@ -132,6 +135,10 @@ Result<std::vector<api::Gpu>> NvmlGpuSource::Read(bool telemetry) {
     if (api_->get_name(dev, buf, kNameBufferSize) == 0) g.name = buf;
     buf[0] = '\0';
     if (api_->get_uuid(dev, buf, kUuidBufferSize) == 0) g.uuid = buf;
+    unsigned int minor = 0;
+    if (api_->get_minor != nullptr && api_->get_minor(dev, &minor) == 0) {
+      g.minor = static_cast<int>(minor);
+    }
     g.model = api::CanonicalGpuModel(g.name);
     nvmlMemory_t mem{};
     if (api_->get_memory(dev, &mem) == 0) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,8 +59,8 @@ bool IsExecutableFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// Finds the program the way a shell would, but with the job's PATH and
-// relative to the job's work dir. Returns a user-facing error.
+}  // namespace
+
 Result<std::string> ResolveProgram(const std::string& name, const std::string& path_var,
                                    const std::string& work_dir) {
   if (name.empty()) return Status::InvalidArgument("empty command", "command");
@@ -86,6 +87,8 @@ Result<std::string> ResolveProgram(const std::string& name, const std::string& p
   }
   return Status::NotFound(name + ": command not found (PATH=" + path_var + ")");
 }
+
+namespace {
 
 // What a failing child tells its parent through the status pipe.
 struct ChildError {
@@ -150,19 +153,24 @@ class ProcessImpl final : public Process {
 
   Status KillTree() override {
     if (reaped_) return Status::Ok();
+    // Everything we have SIGKILLed, by identity. A process that is half-way
+    // through exiting no longer shows its environ (so the tag no longer
+    // finds it) and a zombie that left the session is found by nothing, so
+    // these are followed until they are gone or reaped.
+    std::map<pid_t, uint64_t> killed;
     if (cgroup_) {
-      // The cgroup holds every process of the job, wherever it went.
+      // The cgroup holds every process of the job, wherever it went. Those
+      // whose parent dies with them become our zombies: remember them all.
+      for (pid_t member : cgroup_->Pids()) {
+        ProcInfo info;
+        if (member != pid_ && ReadProcInfo(member, &info)) killed.emplace(member, info.start_time);
+      }
       Status st = cgroup_->Kill();
       if (!st.ok()) spdlog::warn("job process {}: {}", pid_, st.ToString());
     }
     const pid_t self = ::getpid();
     int64_t deadline = MonoMs() + 10'000;
     int64_t step = 1;
-    // Everything we have SIGKILLed, by identity. A process that is half-way
-    // through exiting no longer shows its environ (so the tag no longer
-    // finds it) and a zombie that left the session is found by nothing, so
-    // these are followed until they are gone or reaped.
-    std::map<pid_t, uint64_t> killed;
     std::vector<pid_t> alive;
     for (;;) {
       alive.clear();
@@ -349,6 +357,11 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   argv.push_back(nullptr);
   const char* work_dir = spec.work_dir.c_str();
   const char* path = program->c_str();
+  const auto uid = static_cast<uid_t>(spec.uid);
+  const auto gid = static_cast<gid_t>(spec.gid);
+  const bool switch_uid = spec.uid >= 0;
+  const bool switch_gid = spec.gid >= 0;
+  const std::vector<int>& inherit = spec.inherit_fds;
 
   int out_read = -1;
   int out_write = spec.output_fd;
@@ -411,6 +424,9 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
       if (got != 1) ::_exit(127);  // the agent could not place it
     }
     if (::setsid() < 0) fail(2);
+    if (switch_gid && (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0)) fail(2);
+    if (switch_uid && ::setresuid(uid, uid, uid) != 0) fail(2);
+    // After the uid change, which clears it.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(2);
     if (::getppid() != parent) ::_exit(127);  // the agent already died
     sigset_t none;
@@ -423,6 +439,9 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     if (::dup2(out_write, 1) < 0 || ::dup2(out_write, 2) < 0) fail(2);
     if (::chdir(work_dir) != 0) fail(0);
     ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    for (int fd : inherit) {
+      if (::fcntl(fd, F_SETFD, 0) != 0) fail(2);
+    }
     ::execve(path, argv.data(), envp.data());
     fail(1);
   }

@@ -48,6 +48,11 @@ class ProcessRuntime final : public Runtime {
   CgroupManager* cgroups_ = nullptr;
 };
 
+// Finds the program `name` the way a shell would, but with the job's PATH and
+// relative to its work dir. The error is for the user.
+Result<std::string> ResolveProgram(const std::string& name, const std::string& path_var,
+                                   const std::string& work_dir);
+
 // PATH used when the job's environment has none.
 inline constexpr const char* kDefaultPath =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

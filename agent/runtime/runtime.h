@@ -36,6 +36,20 @@ struct LaunchSpec {
   // `cgroup_key` ("" = none) with these limits.
   std::string cgroup_key;
   CgroupLimits limits;
+
+  // What an isolating runtime lets the job reach (SandboxRuntime). The
+  // process runtime ignores these: its jobs see the whole host.
+  std::vector<std::string> writable;  // its directories and files: work, output, ...
+  std::vector<std::string> readable;  // more it may read (where the notice appears)
+  std::vector<std::string> devices;   // device nodes of its GPUs: "nvidia0", "nvidiactl"
+  bool network = false;               // outbound network; else loopback only
+  std::string hostname;               // inside the job's uts namespace
+
+  // How the process runtime starts the program: as this uid and gid (-1:
+  // the agent's own), keeping these fds of the caller open across exec.
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::vector<int> inherit_fds;
 };
 
 struct ExitStatus {
@@ -56,6 +70,8 @@ class Process {
   // Read end of the output pipe (owned by the Process, non-blocking), or -1
   // when the caller gave LaunchSpec::output_fd.
   virtual int output_fd() const = 0;
+  // The uid the job's processes run as; -1: the agent's own.
+  virtual int64_t uid() const { return -1; }
 
   // The main process's exit, once it has exited; never blocks. Other
   // processes of the tree may still be running: KillTree() ends them.

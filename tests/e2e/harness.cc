@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -155,6 +158,9 @@ api::Job WaitTerminal(api::Client& client, const std::string& id,
 
 Cluster::Cluster(std::string node_timeout) : node_timeout_(std::move(node_timeout)) {
   dir_ = MakeTempDir("tide-e2e");
+  // Sandboxed jobs run as uids of their own and must reach their directories
+  // in the agents' data dirs below: enter, not list.
+  ::chmod(dir_.c_str(), 0711);
   listen_ = "127.0.0.1:" + std::to_string(FreePort());
   url_ = "http://" + listen_;
 }
@@ -202,6 +208,12 @@ void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus,
   // A test may bring its own join token (a provider's).
   if (std::find(extra_args.begin(), extra_args.end(), "--join-token") == extra_args.end()) {
     argv.insert(argv.end(), {"--join-token", join_token_});
+  }
+  // Without root there is no sandbox (a uid per job): such runs test the
+  // process runtime.
+  if (::geteuid() != 0 &&
+      std::find(extra_args.begin(), extra_args.end(), "--runtime") == extra_args.end()) {
+    argv.insert(argv.end(), {"--runtime", "process", "--insecure-process-runtime"});
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   p->Start(argv, dir_ + "/agent-" + name + ".log");
@@ -260,6 +272,27 @@ std::unique_ptr<Process> Cluster::CliBackground(const std::vector<std::string>& 
   argv.insert(argv.end(), args.begin(), args.end());
   p->Start(argv, out_path, {{"TIDE_SERVER", url_}, {"TIDE_TOKEN", token}});
   return p;
+}
+
+std::vector<pid_t> JobProcesses(const std::string& job) {
+  std::vector<pid_t> out;
+  const std::string tag = "TIDE_JOB_ID=" + job;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::string env = ReadAll(e.path().string() + "/environ");
+    size_t at = 0;
+    while (at < env.size()) {
+      size_t end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      if (env.compare(at, end - at, tag) == 0) {
+        out.push_back(std::stoi(name));
+        break;
+      }
+      at = end + 1;
+    }
+  }
+  return out;
 }
 
 }  // namespace tide::e2e

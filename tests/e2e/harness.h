@@ -98,5 +98,8 @@ api::Job WaitTerminal(api::Client& client, const std::string& id,
                       std::chrono::milliseconds timeout = std::chrono::seconds(60));
 // True if the process is gone (or a zombie).
 bool ProcessGone(pid_t pid);
+// Host pids of the processes whose environment holds TIDE_JOB_ID=`job`
+// (a sandboxed job sees other pids inside its pid namespace).
+std::vector<pid_t> JobProcesses(const std::string& job);
 
 }  // namespace tide::e2e

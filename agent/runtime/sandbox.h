@@ -1,0 +1,131 @@
+// SandboxRuntime: the agent's default runtime. A job on a stranger's machine
+// runs contained:
+//   - as an unprivileged host uid of its own, claimed from a configured range
+//     for the job's life (UidPool), with no capabilities;
+//   - inside bubblewrap, in new user, pid, mount, ipc, uts and cgroup
+//     namespaces, with --die-with-parent and --new-session;
+//   - seeing the host's system directories read-only (/usr, /etc, /opt, …),
+//     a private /tmp and /dev/shm, a minimal /dev, and only the GPU device
+//     nodes of its own GPUs (plus nvidiactl, nvidia-uvm), read-write only
+//     its own work, output and checkpoint directories;
+//   - without network (a net namespace with only loopback) unless the job
+//     asks for `network: true`, which shares the host's network;
+//   - under a seccomp filter refusing what a training job never needs
+//     (ptrace, mount, kernel modules, keyrings, bpf, namespaces, …);
+//   - in the cgroup ProcessRuntime makes for it (limits, OOM, kill).
+// The agent's data dir, its token and other jobs' directories are never
+// bound into a sandbox. docs/security.md is the threat model.
+//
+// SandboxRuntime builds on ProcessRuntime: it claims a uid, hands the job's
+// directories to it, and starts `bwrap ARGS -- COMMAND` as that uid.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/runtime/process_runtime.h"
+#include "agent/runtime/runtime.h"
+
+namespace tide::agent {
+
+// A first-last range of host uids for jobs ("2000000000-2000065535").
+struct UidRange {
+  uid_t first = 0;
+  uid_t last = 0;
+};
+// Parses "FIRST-LAST"; the error names the flag. Refuses uid 0, ranges
+// the wrong way round, and ranges holding a user of /etc/passwd
+// (`passwd`: that file's path).
+Result<UidRange> ParseUidRange(const std::string& text, const std::string& passwd = "/etc/passwd");
+
+// A uid a job holds for its life. The claim is an flock on
+// `lock_dir`/<uid>.lock: agents sharing a host (and a range) never hand one
+// uid to two jobs, and a dead agent's claims end with it.
+class UidLease {
+ public:
+  UidLease(uid_t uid, int lock_fd) : uid_(uid), fd_(lock_fd) {}
+  ~UidLease();
+  UidLease(const UidLease&) = delete;
+  UidLease& operator=(const UidLease&) = delete;
+  uid_t uid() const { return uid_; }
+
+ private:
+  uid_t uid_;
+  int fd_;
+};
+
+class UidPool {
+ public:
+  UidPool(UidRange range, std::string lock_dir);
+  // Claims a free uid and kills any process still running as it (left by an
+  // agent that died). Unavailable when every uid of the range is held.
+  Result<std::unique_ptr<UidLease>> Claim();
+
+ private:
+  UidRange range_;
+  std::string lock_dir_;
+  uid_t next_;
+};
+
+// Everything bubblewrap needs for one job.
+struct SandboxPlan {
+  uid_t uid = 0;
+  std::string work_dir;
+  std::vector<std::string> writable;  // bound read-write at the same path
+  std::vector<std::string> readable;  // bound read-only at the same path
+  // Host device node -> path inside ("/dev/nvidia0").
+  std::vector<std::pair<std::string, std::string>> devices;
+  std::vector<std::string> hidden;    // covered by an empty tmpfs (the data dir)
+  bool network = false;
+  std::string hostname;
+  int seccomp_fd = -1;  // -1 = no filter
+  std::vector<std::string> command;
+};
+// The bwrap arguments for `plan`, ending with "--" and the command.
+// `system_root` prefixes the host paths probed for the read-only view
+// (tests); what is bound keeps its real path.
+std::vector<std::string> BwrapArgs(const SandboxPlan& plan, const std::string& system_root = "");
+
+// The job seccomp filter as a BPF program (what bwrap --seccomp reads):
+// refused with EPERM are ptrace and process_vm_*, mount and friends, kernel
+// modules, kexec, keyrings, bpf, perf_event_open, userfaultfd, namespaces
+// (unshare, setns, clone with namespace flags), reboot, swap, clock setting,
+// open_by_handle_at, and acct; clone3 answers ENOSYS so that libc falls
+// back to clone, whose flags the filter can see. Calls of other
+// architectures are refused.
+Result<std::string> JobSeccompFilter();
+
+struct SandboxOptions {
+  std::string bwrap;  // path of bwrap; "" = looked up in PATH
+  UidRange uids;
+  std::string lock_dir = "/run/tide/job-uids";
+  std::string gpu_dev_root = "/dev";  // where /dev/nvidia* are found
+  std::vector<std::string> hidden;    // never visible: the agent's data dir
+};
+
+class SandboxRuntime final : public Runtime {
+ public:
+  // Checks that bwrap runs and that this process may switch uids (root).
+  static Result<std::unique_ptr<SandboxRuntime>> Create(SandboxOptions options,
+                                                        ProcessRuntime* processes);
+
+  // The job's LaunchSpec::writable paths are handed to its uid (and their
+  // parents made traversable); its command is resolved like a shell would
+  // before anything starts, so a missing program is a start failure.
+  Result<std::unique_ptr<Process>> Start(const LaunchSpec& spec) override;
+
+  const SandboxOptions& options() const { return options_; }
+
+ private:
+  SandboxRuntime(SandboxOptions options, ProcessRuntime* processes);
+
+  SandboxOptions options_;
+  ProcessRuntime* processes_;  // not owned
+  UidPool uids_;
+  std::string filter_;  // the BPF program
+};
+
+}  // namespace tide::agent
