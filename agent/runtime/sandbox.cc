@@ -369,20 +369,6 @@ class SandboxProcess final : public Process {
   std::unique_ptr<UidLease> uid_;
 };
 
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : kDefaultPath;
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string candidate = dirs.substr(start, end - start) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
-
 }  // namespace
 
 SandboxRuntime::SandboxRuntime(SandboxOptions options, ProcessRuntime* processes)
@@ -391,7 +377,11 @@ SandboxRuntime::SandboxRuntime(SandboxOptions options, ProcessRuntime* processes
 
 Result<std::unique_ptr<SandboxRuntime>> SandboxRuntime::Create(SandboxOptions options,
                                                                ProcessRuntime* processes) {
-  if (options.bwrap.empty()) options.bwrap = FindInPath("bwrap");
+  if (options.bwrap.empty()) {
+    const char* path = std::getenv("PATH");
+    auto found = ResolveProgram("bwrap", path != nullptr ? path : kDefaultPath, "/");
+    if (found.ok()) options.bwrap = *found;
+  }
   if (options.bwrap.empty() || ::access(options.bwrap.c_str(), X_OK) != 0) {
     return Status::Unavailable(
         "the sandbox runtime needs bubblewrap (Debian package bubblewrap): bwrap not found");
@@ -428,7 +418,6 @@ Result<std::unique_ptr<SandboxRuntime>> SandboxRuntime::Create(SandboxOptions op
     }
     ::chmod(dir.c_str(), 0711);
   }
-  // Does bwrap work here? A sandbox that cannot start fails every job.
   auto rt = std::unique_ptr<SandboxRuntime>(new SandboxRuntime(std::move(options), processes));
   Result<std::string> filter = JobSeccompFilter();
   if (!filter.ok()) return filter.status().WithContext("seccomp");
