@@ -1,7 +1,9 @@
 #include "agent/runtime/cgroup.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -186,7 +189,10 @@ Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::stri
       return path == "/" ? std::string() : path;
     };
     if (controllers.empty()) {
-      if (!v2_mount.empty()) layout.v2_dir = root + v2_mount + below(v2_root);
+      if (!v2_mount.empty()) {
+        layout.v2_mount = root + v2_mount;
+        layout.v2_dir = layout.v2_mount + below(v2_root);
+      }
       continue;
     }
     std::istringstream cs(controllers);
@@ -208,6 +214,11 @@ Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::stri
 }
 
 // ------------------------------------------------------------------ manager
+
+std::string CgroupManager::V2Path(const std::string& key) const {
+  if (v2_base_.empty() || v2_base_.rfind(layout_.v2_mount, 0) != 0) return "";
+  return v2_base_.substr(layout_.v2_mount.size()) + "/" + key;
+}
 
 Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout& layout,
                                                              const std::string& name) {
@@ -325,6 +336,7 @@ Result<std::unique_ptr<JobCgroup>> CgroupManager::CreateJob(const std::string& k
         TIDE_RETURN_IF_ERROR(
             WriteValue(dir + "/memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes)));
       }
+      job->WatchOom(dir);
     } else if (c == "cpu" && quota > 0) {
       TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_period_us", std::to_string(period)));
       TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_quota_us", std::to_string(quota)));
@@ -375,11 +387,39 @@ Status JobCgroup::Kill() {
   return Status::Internal("processes of the job survive in " + dir + " after SIGKILL");
 }
 
+void JobCgroup::WatchOom(const std::string& dir) {
+  int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int ofd = ::open((dir + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC);
+  if (efd >= 0 && ofd >= 0 &&
+      WriteValue(dir + "/cgroup.event_control", std::to_string(efd) + " " + std::to_string(ofd)).ok()) {
+    oom_event_fd_ = efd;
+    oom_control_fd_ = ofd;
+    return;
+  }
+  if (efd >= 0) ::close(efd);
+  if (ofd >= 0) ::close(ofd);
+}
+
 bool JobCgroup::OomKilled() const {
   if (!v2_.empty() && v2_limits_) return Field(ReadValue(v2_ + "/memory.events"), "oom_kill") > 0;
   auto m = v1_.find("memory");
   if (m == v1_.end()) return false;
-  return Field(ReadValue(m->second + "/memory.oom_control"), "oom_kill") > 0;
+  if (oom_event_fd_ >= 0) {
+    uint64_t n = 0;
+    if (::read(oom_event_fd_, &n, sizeof n) == sizeof n && n > 0) oom_seen_ = true;
+    if (oom_seen_) return true;
+  }
+  // v1 counts a kill in the cgroup of the process killed, not in the one
+  // whose limit was hit: look through the sub-cgroups (a container's).
+  std::function<bool(const std::string&)> any = [&](const std::string& dir) {
+    if (Field(ReadValue(dir + "/memory.oom_control"), "oom_kill") > 0) return true;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.is_directory(ec) && any(e.path().string())) return true;
+    }
+    return false;
+  };
+  return any(m->second);
 }
 
 Result<CpuThrottling> JobCgroup::Throttling() const {
@@ -401,6 +441,8 @@ Result<CpuThrottling> JobCgroup::Throttling() const {
 
 JobCgroup::~JobCgroup() {
   (void)Kill();
+  if (oom_event_fd_ >= 0) ::close(oom_event_fd_);
+  if (oom_control_fd_ >= 0) ::close(oom_control_fd_);
   for (const std::string& dir : dirs()) RemoveTree(dir);
 }
 

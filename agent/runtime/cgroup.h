@@ -45,6 +45,7 @@ struct CpuThrottling {
 
 // Where this process sits in each hierarchy.
 struct CgroupLayout {
+  std::string v2_mount;                        // where the unified tree is mounted
   std::string v2_dir;                          // in the unified tree ("" = none)
   std::set<std::string> v2_controllers;        // what v2_dir may hand to its children
   std::map<std::string, std::string> v1_dirs;  // controller -> this process's cgroup
@@ -81,7 +82,14 @@ class JobCgroup {
  private:
   friend class CgroupManager;
   JobCgroup() = default;
+  // v1: an eventfd the kernel signals when the job's memory cgroup runs out
+  // (the kill itself is counted in the victim's cgroup, which may be a
+  // sub-cgroup gone by the time the job is seen to end).
+  void WatchOom(const std::string& dir);
 
+  int oom_event_fd_ = -1;
+  int oom_control_fd_ = -1;
+  mutable bool oom_seen_ = false;
   std::string v2_;                          // "" if none
   bool v2_limits_ = false;
   std::map<std::string, std::string> v1_;   // controller -> dir
@@ -98,6 +106,9 @@ class CgroupManager {
   Result<std::unique_ptr<JobCgroup>> CreateJob(const std::string& key, const CgroupLimits& limits);
 
   const CgroupLayout& layout() const { return layout_; }
+  // Where the cgroup of job `key` lies in the v2 hierarchy, as container
+  // runtimes name cgroups ("/tide-agent-7/j-1.1"); "" without a v2 tree.
+  std::string V2Path(const std::string& key) const;
 
   // Removes the subtrees `prefix`<pid> (and their empty job cgroups) that
   // agents no longer running left behind, e.g. after a kill -9. Only empty

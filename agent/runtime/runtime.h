@@ -44,6 +44,7 @@ struct LaunchSpec {
   std::vector<std::string> devices;   // device nodes of its GPUs: "nvidia0", "nvidiactl"
   bool network = false;               // outbound network; else loopback only
   std::string hostname;               // inside the job's uts namespace
+  std::string image = "host";         // the job's filesystem (OciRuntime: an image's rootfs)
 
   // How the process runtime starts the program: as this uid and gid (-1:
   // the agent's own), keeping these fds of the caller open across exec.

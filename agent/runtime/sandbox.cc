@@ -71,10 +71,32 @@ UidProbe ProbeUid(const std::string& pid, uid_t uid) {
   return p;
 }
 
-// SIGKILLs every process running as `uid` until none is left (~5 s), and
-// reaps those that end as zombies of this process (a sandbox's inner
-// processes are reparented to the agent, a subreaper, when their parent
-// goes first). Zombies of other parents are theirs to reap.
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsSymlink(const std::string& path, std::string* target) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
+  char buf[4096];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  *target = std::string(buf, static_cast<size_t>(n));
+  return true;
+}
+
+// Whether `path` is `dir` or below it (both normalised, absolute).
+bool IsUnder(const std::string& path, const std::string& dir) {
+  if (dir == "/") return true;
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         path[dir.size()] == '/');
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- uid sweeps
+
 Status KillUid(uid_t uid) {
   const pid_t self = ::getpid();
   for (int round = 0; round < 250; ++round) {
@@ -100,6 +122,21 @@ Status KillUid(uid_t uid) {
   return Status::Internal("processes running as uid " + std::to_string(uid) + " survive SIGKILL");
 }
 
+Status SignalUid(uid_t uid, pid_t monitor, int sig) {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return Status::Internal("open /proc: " + Errno(errno));
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    UidProbe p = ProbeUid(e->d_name, uid);
+    const auto pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (!p.runs_as || p.zombie || pid == monitor || p.ppid == monitor) continue;
+    ::kill(pid, sig);
+  }
+  ::closedir(d);
+  return Status::Ok();
+}
+
+namespace {
 uid_t g_chown_uid = 0;  // nftw has no user pointer; ChownTree holds chown_mu
 std::mutex chown_mu;
 
@@ -107,7 +144,8 @@ int ChownOne(const char* path, const struct stat*, int, struct FTW*) {
   return ::lchown(path, g_chown_uid, g_chown_uid) == 0 ? 0 : errno;
 }
 
-// Hands `path` and everything below it to `uid`, never following a link.
+}  // namespace
+
 Status ChownTree(const std::string& path, uid_t uid) {
   std::lock_guard<std::mutex> lock(chown_mu);
   g_chown_uid = uid;
@@ -115,30 +153,6 @@ Status ChownTree(const std::string& path, uid_t uid) {
   if (r != 0) return Status::Internal("chown " + path + ": " + Errno(r > 0 ? r : errno));
   return Status::Ok();
 }
-
-bool IsDir(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool IsSymlink(const std::string& path, std::string* target) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
-  char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
-  if (n <= 0) return false;
-  *target = std::string(buf, static_cast<size_t>(n));
-  return true;
-}
-
-// Whether `path` is `dir` or below it (both normalised, absolute).
-bool IsUnder(const std::string& path, const std::string& dir) {
-  if (dir == "/") return true;
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         path[dir.size()] == '/');
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------- uid range
 
@@ -250,6 +264,19 @@ std::vector<std::string> BwrapArgs(const SandboxPlan& plan, const std::string& s
 
 // ---------------------------------------------------------------- seccomp
 
+const std::vector<const char*> kJobRefusedSyscalls = {
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mount", "umount", "umount2",
+    "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr", "init_module", "finit_module", "delete_module", "kexec_load",
+    "kexec_file_load", "add_key", "request_key", "keyctl", "bpf", "perf_event_open",
+    "userfaultfd", "unshare", "setns", "reboot", "swapon", "swapoff", "settimeofday",
+    "clock_settime", "clock_adjtime", "adjtimex", "open_by_handle_at", "name_to_handle_at",
+    "acct", "quotactl", "syslog", "lookup_dcookie", "uselib", "iopl", "ioperm", "vhangup",
+    "fanotify_init"};
+const std::vector<uint64_t> kJobRefusedCloneFlags = {CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,
+                                                     CLONE_NEWNET,  CLONE_NEWIPC, CLONE_NEWUTS,
+                                                     CLONE_NEWCGROUP};
+
 Result<std::string> JobSeccompFilter() {
   scmp_filter_ctx ctx = ::seccomp_init(SCMP_ACT_ALLOW);
   if (ctx == nullptr) return Status::Internal("seccomp_init failed");
@@ -261,15 +288,7 @@ Result<std::string> JobSeccompFilter() {
   ::seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
 
   const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
-  for (const char* name :
-       {"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mount", "umount", "umount2",
-        "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-        "mount_setattr", "init_module", "finit_module", "delete_module", "kexec_load",
-        "kexec_file_load", "add_key", "request_key", "keyctl", "bpf", "perf_event_open",
-        "userfaultfd", "unshare", "setns", "reboot", "swapon", "swapoff", "settimeofday",
-        "clock_settime", "clock_adjtime", "adjtimex", "open_by_handle_at", "name_to_handle_at",
-        "acct", "quotactl", "syslog", "lookup_dcookie", "uselib", "iopl", "ioperm", "vhangup",
-        "fanotify_init"}) {
+  for (const char* name : kJobRefusedSyscalls) {
     int nr = ::seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
     if (::seccomp_rule_add(ctx, eperm, nr, 0) != 0) {
@@ -278,8 +297,7 @@ Result<std::string> JobSeccompFilter() {
   }
   // clone with a namespace flag; clone3 hides its flags in memory, so it
   // answers ENOSYS and libc falls back to clone.
-  for (uint64_t flag : {CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC,
-                        CLONE_NEWUTS, CLONE_NEWCGROUP}) {
+  for (uint64_t flag : kJobRefusedCloneFlags) {
     if (::seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) !=
         0) {
       return Status::Internal("seccomp rule for clone");
@@ -312,6 +330,14 @@ Result<std::string> JobSeccompFilter() {
 
 // ---------------------------------------------------------------- runtime
 
+std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e) {
+  if (e && e->signal == 0 && e->exit_code > 128 && e->exit_code < 128 + NSIG) {
+    e->signal = e->exit_code - 128;
+    e->exit_code = 0;
+  }
+  return e;
+}
+
 namespace {
 
 // A sandboxed job: the process tree bwrap leads, and the uid it holds.
@@ -326,27 +352,14 @@ class SandboxProcess final : public Process {
   int pid() const override { return inner_->pid(); }
   int output_fd() const override { return inner_->output_fd(); }
   int64_t uid() const override { return uid_->uid(); }
-  std::optional<ExitStatus> Poll() override { return FromBwrap(inner_->Poll()); }
+  std::optional<ExitStatus> Poll() override { return FromShellCode(inner_->Poll()); }
   std::optional<ExitStatus> Wait(int64_t timeout_ms) override {
-    return FromBwrap(inner_->Wait(timeout_ms));
+    return FromShellCode(inner_->Wait(timeout_ms));
   }
   // The job's processes, not bwrap's: its monitor and the sandbox's pid 1
   // would die of a SIGTERM without passing it on, and take the job with
   // them before it could act on the notice.
-  Status Signal(int sig) override {
-    const pid_t monitor = inner_->pid();
-    DIR* d = ::opendir("/proc");
-    if (d == nullptr) return Status::Internal("open /proc: " + Errno(errno));
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      UidProbe p = ProbeUid(e->d_name, uid_->uid());
-      const auto pid = static_cast<pid_t>(std::atol(e->d_name));
-      if (!p.runs_as || p.zombie || pid == monitor || p.ppid == monitor) continue;
-      ::kill(pid, sig);
-    }
-    ::closedir(d);
-    return Status::Ok();
-  }
+  Status Signal(int sig) override { return SignalUid(uid_->uid(), inner_->pid(), sig); }
   Status KillTree() override {
     Status st = inner_->KillTree();
     // What the tree walk cannot see (a sandbox's pid 1 that outlived bwrap's
@@ -356,15 +369,6 @@ class SandboxProcess final : public Process {
   }
 
  private:
-  // bwrap exits 128+S when the job was killed by signal S, as a shell does.
-  static std::optional<ExitStatus> FromBwrap(std::optional<ExitStatus> e) {
-    if (e && e->signal == 0 && e->exit_code > 128 && e->exit_code < 128 + NSIG) {
-      e->signal = e->exit_code - 128;
-      e->exit_code = 0;
-    }
-    return e;
-  }
-
   std::unique_ptr<Process> inner_;
   std::unique_ptr<UidLease> uid_;
 };

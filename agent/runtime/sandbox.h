@@ -22,7 +22,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,22 @@ class UidPool {
   uid_t next_;
 };
 
+// SIGKILLs every process running as `uid` until none is left (~5 s), and
+// reaps those that end as zombies of this process (a sandbox's inner
+// processes are reparented to the agent, a subreaper, when their parent
+// goes first). Zombies of other parents are theirs to reap.
+Status KillUid(uid_t uid);
+// Sends `sig` to every process running as `uid` but `monitor` and its
+// children: the job's own processes, not the sandbox's or container's pid 1,
+// which would die of a SIGTERM (or ignore it) without passing it on.
+Status SignalUid(uid_t uid, pid_t monitor, int sig);
+// Hands `path` and everything below it to `uid` (and its gid), never
+// following a link.
+Status ChownTree(const std::string& path, uid_t uid);
+// bwrap and tide-init exit 128+S when the job was killed by signal S, as a
+// shell does: reported as signal S.
+std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e);
+
 // Everything bubblewrap needs for one job.
 struct SandboxPlan {
   uid_t uid = 0;
@@ -97,6 +115,9 @@ std::vector<std::string> BwrapArgs(const SandboxPlan& plan, const std::string& s
 // back to clone, whose flags the filter can see. Calls of other
 // architectures are refused.
 Result<std::string> JobSeccompFilter();
+// The rules of that filter, for runtimes that take them as data (OCI).
+extern const std::vector<const char*> kJobRefusedSyscalls;   // EPERM
+extern const std::vector<uint64_t> kJobRefusedCloneFlags;    // clone with any: EPERM
 
 struct SandboxOptions {
   std::string bwrap;  // path of bwrap; "" = looked up in PATH
