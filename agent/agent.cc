@@ -36,6 +36,7 @@
 #include "agent/gpu/nvml_gpu_source.h"
 #include "agent/job_runner.h"
 #include "agent/node_identity.h"
+#include "agent/runtime/oci.h"
 #include "agent/runtime/process_runtime.h"
 #include "agent/runtime/sandbox.h"
 #include "api/client.h"
@@ -121,7 +122,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::unique_ptr<CgroupManager> cgroups_;  // null when this host gives the agent none
   std::unique_ptr<ProcessRuntime> processes_;
   std::unique_ptr<SandboxRuntime> sandbox_;  // with --runtime sandbox
+  std::unique_ptr<OciRuntime> oci_;          // with --runtime oci
   Runtime* runtime_ = nullptr;               // what jobs run in: one of the above
+  std::vector<std::string> images_;          // what it offers jobs
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<JobRunner>> runners_;  // by Key()
@@ -196,7 +199,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   req.labels = options_.labels;
   req.address = options_.advertise_addr;
   req.prices = options_.prices;
-  req.images = {"host"};
+  req.images = images_;
   req.runtime = options_.runtime;
   RegisterOptions ro;
   ro.server = options_.server;
@@ -219,15 +222,41 @@ Status Agent::SetupRuntime() {
     spdlog::warn("runtime: process (INSECURE: jobs run as uid {} and see the whole host)",
                  ::geteuid());
     runtime_ = processes_.get();
+    images_ = {"host"};
     return Status::Ok();
   }
-  if (options_.runtime != "sandbox") {
-    return Status::InvalidArgument("--runtime: want sandbox or process, got \"" +
+  if (options_.runtime != "sandbox" && options_.runtime != "oci") {
+    return Status::InvalidArgument("--runtime: want sandbox, oci or process, got \"" +
                                    options_.runtime + "\"");
   }
-  SandboxOptions so;
+  if (options_.runtime != "oci" && !options_.images.empty()) {
+    return Status::InvalidArgument("--image: images run in containers, which need --runtime oci",
+                                   "image");
+  }
   auto uids = ParseUidRange(options_.job_uids);
   if (!uids.ok()) return uids.status();
+  if (options_.runtime == "oci") {
+    auto images = ParseOciImages(options_.images);
+    if (!images.ok()) return images.status();
+    OciOptions oo;
+    oo.state_dir = data_dir_ + "/oci";
+    oo.images = *images;
+    oo.uids = *uids;
+    oo.lock_dir = options_.uid_lock_dir;
+    oo.gpu_dev_root = options_.gpu_dev_root;
+    auto oci = OciRuntime::Create(std::move(oo), processes_.get(), cgroups_.get());
+    if (!oci.ok()) return oci.status().WithContext("--runtime oci");
+    oci_ = std::move(*oci);
+    runtime_ = oci_.get();
+    for (const auto& [name, rootfs] : oci_->options().images) {
+      images_.push_back(name);
+      spdlog::info("image {}: {}", name, rootfs);
+    }
+    spdlog::info("runtime: oci ({} at {}, job uids {}, seccomp{})", oci_->RuncVersion(),
+                 oci_->options().runc, options_.job_uids, cgroups_ ? ", cgroups" : "");
+    return Status::Ok();
+  }
+  SandboxOptions so;
   so.uids = *uids;
   so.lock_dir = options_.uid_lock_dir;
   so.gpu_dev_root = options_.gpu_dev_root;
@@ -236,6 +265,7 @@ Status Agent::SetupRuntime() {
   if (!sandbox.ok()) return sandbox.status().WithContext("--runtime sandbox");
   sandbox_ = std::move(*sandbox);
   runtime_ = sandbox_.get();
+  images_ = {"host"};
   spdlog::info("runtime: sandbox (bubblewrap {}, job uids {}, seccomp{})", sandbox_->options().bwrap,
                options_.job_uids, cgroups_ ? ", cgroups" : "");
   return Status::Ok();
@@ -403,6 +433,7 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
     deps.node_token = identity_.node_token;
     deps.data_dir = data_dir_;
     deps.runtime = runtime_;
+    deps.images = images_;
     deps.node_gpus = gpus_;
     deps.checkpoint_interval_ms = options_.checkpoint_interval_ms;
     deps.pids_limit = options_.job_pids_limit;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace tide::agent {
 
@@ -33,8 +34,13 @@ struct AgentOptions {
   //   sandbox  bubblewrap, a uid of its own from `job_uids`, seccomp, only
   //            its GPUs' devices, no network unless the job asks (default);
   //   process  plain processes as the agent's user, seeing the whole host:
-  //            for development, refused without insecure_process_runtime.
+  //            for development, refused without insecure_process_runtime;
+  //   oci      runc containers over the `images` the provider prepared, each
+  //            contained like the sandbox (agent/runtime/oci.h).
   std::string runtime = "sandbox";
+  // --image NAME=ROOTFS: with --runtime oci, the images this agent offers
+  // (jobs pick one with `image: NAME`); "host" is not offered then.
+  std::vector<std::string> images;
   bool insecure_process_runtime = false;
   std::string job_uids = "2000000000-2000065535";  // FIRST-LAST, no user's
   std::string uid_lock_dir = "/run/tide/job-uids";   // claims shared by agents of a host

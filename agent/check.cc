@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "agent/runtime/cgroup.h"
+#include "agent/runtime/process_runtime.h"
 #include "agent/runtime/sandbox.h"
 
 namespace tide::agent {
@@ -182,6 +184,23 @@ std::vector<CheckItem> CheckHost() {
   out.push_back({"GPU devices", devices > 0,
                  devices > 0 ? std::to_string(devices) + " /dev/nvidia* nodes"
                              : "no /dev/nvidia* (fake GPUs only)"});
+  {
+    // What --runtime oci needs: runc, tide-init next to this binary, overlayfs, root.
+    const char* path = std::getenv("PATH");
+    auto runc = ResolveProgram("runc", path != nullptr ? path : kDefaultPath, "/");
+    fs::path init = fs::read_symlink("/proc/self/exe", ec).parent_path() / "tide-init";
+    std::ifstream fss("/proc/filesystems");
+    std::string all((std::istreambuf_iterator<char>(fss)), std::istreambuf_iterator<char>());
+    std::string why;
+    if (!runc.ok()) why = "needs runc (Debian package runc)";
+    else if (::access(init.c_str(), X_OK) != 0) why = "needs " + init.string();
+    else if (all.find("\toverlay\n") == std::string::npos) why = "needs overlayfs";
+    else if (::geteuid() != 0) why = "needs root";
+    out.push_back({"oci runtime", why.empty(),
+                   why.empty() ? *runc + " and " + init.string() +
+                                     ": --runtime oci --image NAME=ROOTFS can run containers"
+                               : why});
+  }
   out.push_back({"runtime", sandbox,
                  sandbox ? "sandbox (the default) works here"
                          : "sandbox cannot run here (" + sandbox_why +

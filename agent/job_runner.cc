@@ -337,9 +337,12 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
     }
   }
   if (job_.spec.command.empty()) return Status::InvalidArgument("the job has no command");
-  if (!job_.spec.image.empty() && job_.spec.image != "host") {
-    return Status::InvalidArgument("image \"" + job_.spec.image +
-                                   "\" is not supported by this agent (it runs image \"host\")");
+  const std::string image = job_.spec.image.empty() ? "host" : job_.spec.image;
+  if (std::find(deps_.images.begin(), deps_.images.end(), image) == deps_.images.end()) {
+    std::string offered;
+    for (const std::string& i : deps_.images) offered += (offered.empty() ? "" : ", ") + i;
+    return Status::InvalidArgument("image \"" + image + "\" is not offered by this agent (it offers " +
+                                   offered + ")", "image");
   }
 
   // A re-delivered attempt (e.g. after an agent restart) starts clean; the
@@ -392,6 +395,7 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
   }
   if (!job_.gpus.empty()) spec->devices.insert(spec->devices.end(), {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"});
   spec->network = job_.spec.network;
+  spec->image = image;
   spec->hostname = deps_.node_name.empty() ? "tide-job" : deps_.node_name;
   return Status::Ok();
 }

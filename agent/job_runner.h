@@ -71,6 +71,7 @@ struct RunnerDeps {
   std::string node_token;
   std::string data_dir;
   Runtime* runtime = nullptr;       // not owned; outlives the runner
+  std::vector<std::string> images = {"host"};  // what the runtime runs
   std::vector<api::Gpu> node_gpus;  // as discovered
   const Clock* clock = SystemClock::Default();
   // Retry backoff bounds for server calls.

@@ -206,6 +206,27 @@ TEST(JobSpecFromJson, RejectsBadScalars) {
             (std::vector<std::string>{"sweep", "lr=3e-4"}));
 }
 
+TEST(JobSpecFromJson, ImageNames) {
+  EXPECT_EQ(Parse(Spec()).image, "host");
+  EXPECT_EQ(Parse(Spec({{"image", "pytorch-2.3"}})).image, "pytorch-2.3");
+  EXPECT_EQ(Parse(Spec({{"image", "ghcr.io/org/train:v1@sha256"}})).image, "ghcr.io/org/train:v1@sha256");
+  for (const std::string& bad : {std::string(".hidden"), std::string("-x"), std::string("/abs"),
+                                 std::string("a b"), std::string("naïve"), std::string(201, 'i')}) {
+    ExpectBad(Spec({{"image", bad}}), "image");
+  }
+}
+
+TEST(JobSpecFromJson, NetworkOffByDefaultOnForGangsWhichNeedIt) {
+  EXPECT_FALSE(Parse(Spec()).network);
+  EXPECT_TRUE(Parse(Spec({{"network", true}})).network);
+  json gang = Spec({{"resources", {{"nodes", 2}, {"gpus_per_node", 1}}}});
+  EXPECT_TRUE(Parse(gang).network);
+  json closed = gang;
+  closed["network"] = false;
+  ExpectBad(closed, "network", "needs the network");
+  ExpectBad(Spec({{"network", "yes"}}), "network");
+}
+
 TEST(JobSpecFromJson, Env) {
   JobSpec s = Parse(Spec({{"env", {{"WANDB_MODE", "offline"}, {"_X1", ""}}}}));
   EXPECT_EQ(s.env.at("WANDB_MODE"), "offline");
@@ -592,6 +613,19 @@ TEST(AgentProtocol, RoundTrips) {
   EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": "x", "address": "a b"})")).status().field(),
             "address");
   EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": ""})")).status().field(), "name");
+  EXPECT_EQ(r->images, std::vector<std::string>{"host"});  // what agents offered before images
+  reg.images = {"busybox", "pytorch-2.3"};
+  reg.runtime = "oci";
+  auto oci = RegisterRequestFromJson(ToJson(reg));
+  ASSERT_TRUE(oci.ok()) << oci.status().ToString();
+  EXPECT_EQ(oci->images, reg.images);
+  EXPECT_EQ(oci->runtime, "oci");
+  for (const char* bad : {R"({"name": "x", "images": []})", R"({"name": "x", "images": ["a b"]})",
+                          R"({"name": "x", "images": [3]})", R"({"name": "x", "images": "host"})"}) {
+    EXPECT_EQ(RegisterRequestFromJson(J(bad)).status().field(), "images") << bad;
+  }
+  EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": "x", "runtime": "docker"})")).status().field(),
+            "runtime");
 
   Heartbeat hb;
   hb.gpus = {g};

@@ -115,9 +115,13 @@ void AddAgentCommand(CLI::App& app) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 22));
   cmd->add_option("--runtime", opts->runtime,
                   "How jobs run: sandbox (bubblewrap, a uid per job, seccomp, no network unless "
-                  "asked) or process (plain processes as the agent's user: development only)")
+                  "asked), oci (runc containers over --image root filesystems, contained alike) "
+                  "or process (plain processes as the agent's user: development only)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sandbox", "process"}));
+      ->check(CLI::IsMember({"sandbox", "oci", "process"}));
+  cmd->add_option("--image", opts->images,
+                  "With --runtime oci: an image this agent offers, NAME=ROOTFS (a prepared root "
+                  "filesystem directory); repeat for more");
   cmd->add_flag("--insecure-process-runtime", opts->insecure_process_runtime,
                 "Allow --runtime process: jobs can then read the node token and the whole host");
   cmd->add_option("--job-uids", opts->job_uids,

@@ -8,8 +8,9 @@ packages=(
   libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev libssl-dev libarchive-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps
-  # the job sandbox (agent/runtime/sandbox.h)
-  libseccomp-dev bubblewrap
+  # the job sandbox (agent/runtime/sandbox.h) and OCI containers (runtime/oci.h);
+  # busybox-static is the image the container tests run
+  libseccomp-dev bubblewrap runc busybox-static
   # examples/pytorch-classifier and its end-to-end tests (CPU)
   python3-torch python3-torchvision
 )

@@ -1,9 +1,13 @@
 // Job limits through a real agent: each job runs in a cgroup of its own
 // (docs/security.md), so memory past resources.memory ends the job with
 // reason oom while the agent and the next job go on, a fork bomb stops at
-// the agent's pids limit, and resources.cpus is enforced.
+// the agent's pids limit, and a job spinning on every core under
+// resources.cpus is throttled (the cgroup's own counters).
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <sstream>
+#include <thread>
 
 #include "tests/e2e/harness.h"
 
@@ -72,6 +76,60 @@ TEST_F(LimitsTest, AForkBombStopsAtThePidsLimit) {
   EXPECT_LT(got, 200);
   std::string after = SubmitOk(*client_, {{"command", "echo ok"}});
   EXPECT_EQ(WaitTerminal(*client_, after).status, api::JobStatus::kCompleted);
+}
+
+// The cpu.stat of the cgroup `pid` is in, read on the host: v1 cpu
+// controller, else the unified tree.
+std::string CpuStatOf(pid_t pid) {
+  std::istringstream in(ReadAll("/proc/" + std::to_string(pid) + "/cgroup"));
+  std::string line, v2;
+  while (std::getline(in, line)) {
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::istringstream cs(controllers);
+    std::string c;
+    while (std::getline(cs, c, ',')) {
+      if (c == "cpu") return ReadAll("/sys/fs/cgroup/" + controllers + path + "/cpu.stat");
+    }
+    if (controllers.empty()) v2 = path;
+  }
+  return ReadAll("/sys/fs/cgroup" + v2 + "/cpu.stat");
+}
+
+int64_t StatField(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string k;
+  int64_t v;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return -1;
+}
+
+TEST_F(LimitsTest, ASpinnerOnEveryCoreIsThrottledToItsCpus) {
+  std::string spin = SubmitOk(*client_, {{"command", "for i in 1 2 3; do sh -c 'while :; do :; done' & done; "
+                                                     "touch ready; sleep 120"},
+                                         {"resources", {{"cpus", 0.5}}}});
+  ASSERT_TRUE(Eventually([&] { return !JobProcesses(spin).empty() &&
+                                      client_->GetJob(spin)->status == api::JobStatus::kRunning; }));
+  std::vector<pid_t> procs;
+  ASSERT_TRUE(Eventually([&] {
+    procs = JobProcesses(spin);
+    return procs.size() >= 4;
+  }));
+  // Counters, not wall time: over a few periods the cgroup must have been
+  // throttled in most of them, for a good part of each.
+  std::string before = CpuStatOf(procs.back());
+  ASSERT_GE(StatField(before, "nr_periods"), 0) << before;
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::string after = CpuStatOf(procs.back());
+  int64_t periods = StatField(after, "nr_periods") - StatField(before, "nr_periods");
+  int64_t throttled = StatField(after, "nr_throttled") - StatField(before, "nr_throttled");
+  EXPECT_GE(periods, 5) << after;
+  EXPECT_GE(throttled * 2, periods) << after;  // throttled in at least half the periods
+  ASSERT_TRUE(client_->CancelJob(spin).ok());
+  EXPECT_EQ(WaitTerminal(*client_, spin).status, api::JobStatus::kCancelled);
 }
 
 }  // namespace
