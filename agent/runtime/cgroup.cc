@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/log.h"
 #include "common/paths.h"
 
 namespace tide::agent {
@@ -116,15 +118,34 @@ bool KillAll(const std::string& dir, const std::string& freezer) {
 
 }  // namespace
 
-bool CgroupLayout::v2_limits() const {
-  return !v2_dir.empty() && v2_controllers.count("memory") && v2_controllers.count("cpu") &&
-         v2_controllers.count("pids");
+std::vector<std::string> CgroupLayout::v2_limit_controllers() const {
+  std::vector<std::string> out;
+  if (v2_dir.empty()) return out;
+  for (const char* c : {"memory", "cpu", "pids"}) {
+    if (v1_dirs.count(c)) return {};  // the limits live in v1
+    if (v2_controllers.count(c)) out.push_back(c);
+  }
+  return out;
 }
+
+bool CgroupLayout::v2_limits() const { return !v2_limit_controllers().empty(); }
 
 std::string CgroupLayout::Describe() const {
   std::string out;
   if (v2_limits()) {
-    out = "cgroup v2 at " + v2_dir + " (memory, cpu, pids limits; cgroup.kill)";
+    std::vector<std::string> have = v2_limit_controllers();
+    std::string list, missing;
+    for (const std::string& c : have) list += (list.empty() ? "" : ", ") + c;
+    for (const char* c : {"memory", "cpu", "pids"}) {
+      if (std::find(have.begin(), have.end(), c) == have.end()) {
+        missing += std::string(missing.empty() ? "" : ", ") + c;
+      }
+    }
+    out = "cgroup v2 at " + v2_dir + " (" + list + " limits; cgroup.kill)";
+    if (!missing.empty()) {
+      out += "; not delegated to the agent: " + missing +
+             " (those limits are not enforced; e.g. systemd Delegate=yes)";
+    }
   } else {
     std::string v1;
     for (const auto& [c, d] : v1_dirs) v1 += (v1.empty() ? "" : ", ") + c;
@@ -215,6 +236,26 @@ Result<CgroupLayout> DetectCgroups(const std::string& proc_self, const std::stri
 
 // ------------------------------------------------------------------ manager
 
+namespace {
+
+// The smallest CPU quota of `dir` and its ancestors in a v1 cpu hierarchy,
+// in µs per `period`; 0 when none has one.
+int64_t V1CpuCap(const std::string& dir, int64_t period) {
+  int64_t cap = 0;
+  for (fs::path p(dir); fs::exists(p / "cpu.cfs_quota_us"); p = p.parent_path()) {
+    const int64_t q = std::atoll(ReadValue((p / "cpu.cfs_quota_us").string()).c_str());
+    const int64_t per = std::atoll(ReadValue((p / "cpu.cfs_period_us").string()).c_str());
+    if (q > 0 && per > 0) {
+      const int64_t scaled = q * period / per;
+      if (cap == 0 || scaled < cap) cap = scaled;
+    }
+    if (p == p.parent_path()) break;
+  }
+  return cap;
+}
+
+}  // namespace
+
 std::string CgroupManager::V2Path(const std::string& key) const {
   if (v2_base_.empty() || v2_base_.rfind(layout_.v2_mount, 0) != 0) return "";
   return v2_base_.substr(layout_.v2_mount.size()) + "/" + key;
@@ -251,8 +292,12 @@ Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout&
       TIDE_RETURN_IF_ERROR(MakeDir(m->v2_base_ + "/agent"));
       TIDE_RETURN_IF_ERROR(WriteValue(m->v2_base_ + "/agent/cgroup.procs", self));
       m->moved_ = true;
+      std::string enable;
+      for (const std::string& c : layout.v2_limit_controllers()) {
+        enable += (enable.empty() ? "+" : " +") + c;
+      }
       for (const std::string& dir : {layout.v2_dir, m->v2_base_}) {
-        Status st = WriteValue(dir + "/cgroup.subtree_control", "+memory +cpu +pids");
+        Status st = WriteValue(dir + "/cgroup.subtree_control", enable);
         if (!st.ok()) {
           (void)WriteValue(layout.v2_dir + "/cgroup.procs", self);
           ::rmdir((m->v2_base_ + "/agent").c_str());
@@ -313,17 +358,22 @@ Result<std::unique_ptr<JobCgroup>> CgroupManager::CreateJob(const std::string& k
     job->v2_ = v2_base_ + "/" + key;
     job->v2_limits_ = layout_.v2_limits();
     TIDE_RETURN_IF_ERROR(MakeDir(job->v2_));
-    if (job->v2_limits_) {
-      TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/memory.max",
-                                      limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes) : "max"));
-      // No swap: past the limit the job meets the OOM killer, not the disk.
-      if (limits.memory_bytes > 0 && fs::exists(job->v2_ + "/memory.swap.max")) {
-        TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/memory.swap.max", "0"));
+    // Only the controllers delegated to the agent (Describe says which not).
+    for (const std::string& c : layout_.v2_limit_controllers()) {
+      if (c == "memory") {
+        TIDE_RETURN_IF_ERROR(WriteValue(
+            job->v2_ + "/memory.max", limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes) : "max"));
+        // No swap: past the limit the job meets the OOM killer, not the disk.
+        if (limits.memory_bytes > 0 && fs::exists(job->v2_ + "/memory.swap.max")) {
+          TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/memory.swap.max", "0"));
+        }
+      } else if (c == "cpu") {
+        TIDE_RETURN_IF_ERROR(WriteValue(job->v2_ + "/cpu.max", (quota > 0 ? std::to_string(quota) : "max") +
+                                                                   " " + std::to_string(period)));
+      } else if (c == "pids") {
+        TIDE_RETURN_IF_ERROR(
+            WriteValue(job->v2_ + "/pids.max", limits.pids > 0 ? std::to_string(limits.pids) : "max"));
       }
-      TIDE_RETURN_IF_ERROR(WriteValue(
-          job->v2_ + "/cpu.max", (quota > 0 ? std::to_string(quota) : "max") + " " + std::to_string(period)));
-      TIDE_RETURN_IF_ERROR(
-          WriteValue(job->v2_ + "/pids.max", limits.pids > 0 ? std::to_string(limits.pids) : "max"));
     }
   }
   for (const auto& [c, base] : v1_base_) {
@@ -338,8 +388,17 @@ Result<std::unique_ptr<JobCgroup>> CgroupManager::CreateJob(const std::string& k
       }
       job->WatchOom(dir);
     } else if (c == "cpu" && quota > 0) {
+      // v1 refuses a quota above an ancestor's: a job gets at most what
+      // the agent's own cgroup has.
+      int64_t q = quota;
+      const int64_t cap = V1CpuCap(base, period);
+      if (cap > 0 && cap < q) {
+        spdlog::warn("job {}: {} CPUs asked, the agent's cgroup allows {:.2f}: capped", key,
+                     limits.cpus, static_cast<double>(cap) / period);
+        q = cap;
+      }
       TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_period_us", std::to_string(period)));
-      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_quota_us", std::to_string(quota)));
+      TIDE_RETURN_IF_ERROR(WriteValue(dir + "/cpu.cfs_quota_us", std::to_string(q)));
     } else if (c == "pids" && limits.pids > 0) {
       TIDE_RETURN_IF_ERROR(WriteValue(dir + "/pids.max", std::to_string(limits.pids)));
     }

@@ -49,7 +49,10 @@ struct CgroupLayout {
   std::string v2_dir;                          // in the unified tree ("" = none)
   std::set<std::string> v2_controllers;        // what v2_dir may hand to its children
   std::map<std::string, std::string> v1_dirs;  // controller -> this process's cgroup
-  // True when limits are set through v2 (memory, cpu and pids available there).
+  // The limit controllers (memory, cpu, pids) that v2 carries here: those
+  // v2_dir may delegate, or none when the limits live in v1 (hybrid).
+  std::vector<std::string> v2_limit_controllers() const;
+  // True when limits are set through v2 (some of them may be missing).
   bool v2_limits() const;
   // "cgroup v2 at /sys/fs/cgroup/... with memory cpu pids", or the hybrid
   // layout, for the agent's log and `tide agent check`.

@@ -131,6 +131,52 @@ TEST_F(FakeTree, APureV2HostDelegatesControllersAndKillsWithCgroupKill) {
   EXPECT_TRUE((*job)->Pids().empty());
 }
 
+TEST_F(FakeTree, AV2HostDelegatingSomeControllersUsesThoseAndSaysWhichAreMissing) {
+  Write(root_ + "/proc/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n");
+  Write(root_ + "/proc/cgroup", "0::/system.slice/tide-agent.service\n");
+  const std::string own = root_ + "/sys/fs/cgroup/system.slice/tide-agent.service";
+  Write(own + "/cgroup.controllers", "memory pids\n");  // no cpu
+  auto layout = DetectCgroups(root_ + "/proc", root_);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_TRUE(layout->v2_limits());
+  EXPECT_EQ(layout->v2_limit_controllers(), (std::vector<std::string>{"memory", "pids"}));
+  EXPECT_NE(layout->Describe().find("not delegated to the agent: cpu"), std::string::npos)
+      << layout->Describe();
+  auto m = CgroupManager::Create(*layout, "jobs");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(Read(own + "/cgroup.subtree_control"), "+memory +pids");
+  EXPECT_EQ((*m)->V2Path("j-3.1"), "/system.slice/tide-agent.service/jobs/j-3.1");
+  auto job = (*m)->CreateJob("j-3.1", {1 << 30, 0.5, 64});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string dir = own + "/jobs/j-3.1";
+  EXPECT_EQ(Read(dir + "/memory.max"), "1073741824");
+  EXPECT_EQ(Read(dir + "/pids.max"), "64");
+  EXPECT_FALSE(fs::exists(dir + "/cpu.max"));  // the kernel would refuse it
+  Write(own + "/jobs/agent/cgroup.procs", "");
+}
+
+TEST_F(FakeTree, AV1CpuQuotaIsCappedAtTheAgentsOwn) {
+  Write(root_ + "/proc/mountinfo",
+        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n");
+  Write(root_ + "/proc/cgroup", "1:cpu:/limited\n");
+  const std::string own = root_ + "/sys/fs/cgroup/cpu/limited";
+  Write(own + "/cpu.cfs_quota_us", "150000\n");  // 0.5 CPU at a 300 ms period
+  Write(own + "/cpu.cfs_period_us", "300000\n");
+  auto layout = DetectCgroups(root_ + "/proc", root_);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  auto m = CgroupManager::Create(*layout, "tide-agent");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Write(own + "/tide-agent/cpu.cfs_quota_us", "-1\n");
+  Write(own + "/tide-agent/cpu.cfs_period_us", "100000\n");
+  auto job = (*m)->CreateJob("j-1.1", {0, 4, 0});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(Read(own + "/tide-agent/j-1.1/cpu.cfs_quota_us"), "50000");
+  auto small = (*m)->CreateJob("j-2.1", {0, 0.25, 0});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(Read(own + "/tide-agent/j-2.1/cpu.cfs_quota_us"), "25000");  // under the cap: as asked
+}
+
 TEST_F(FakeTree, AContainersMountRootIsNotCountedTwice) {
   // A container without its own cgroup namespace sees the host's path.
   Write(root_ + "/proc/mountinfo",
