@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -177,7 +178,11 @@ Status Agent::Setup(SignalWatcher* signals) {
   auto layout = DetectCgroups();
   if (layout.ok()) {
     CgroupManager::RemoveStale(*layout, "tide-agent-");
-    auto made = CgroupManager::Create(*layout, "tide-agent-" + std::to_string(::getpid()));
+    // Unique per agent, not only per process: an agent that stopped may
+    // still be going away (its poll thread) when the next one starts.
+    static std::atomic<int> agents{0};
+    auto made = CgroupManager::Create(
+        *layout, "tide-agent-" + std::to_string(::getpid()) + "-" + std::to_string(agents++));
     if (made.ok()) {
       cgroups_ = std::move(made).value();
       processes_->set_cgroups(cgroups_.get());

@@ -328,8 +328,14 @@ void CgroupManager::RemoveStale(const CgroupLayout& layout, const std::string& p
     for (const auto& entry : fs::directory_iterator(parent, ec)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
-      const std::string pid = name.substr(prefix.size());
-      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      // `prefix`<pid>, or `prefix`<pid>-<n> for the n-th agent of a process.
+      const std::string rest = name.substr(prefix.size());
+      const std::string pid = rest.substr(0, rest.find('-'));
+      const std::string seq = rest.size() > pid.size() ? rest.substr(pid.size() + 1) : "0";
+      auto digits = [](const std::string& t) {
+        return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+      };
+      if (!digits(pid) || !digits(seq)) continue;
       if (fs::exists("/proc/" + pid, ec)) continue;  // its agent still runs
       // Its jobs may have outlived it (children of a job do not get the
       // parent-death signal): nothing of theirs may run on.

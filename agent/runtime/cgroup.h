@@ -110,12 +110,12 @@ class CgroupManager {
 
   const CgroupLayout& layout() const { return layout_; }
   // Where the cgroup of job `key` lies in the v2 hierarchy, as container
-  // runtimes name cgroups ("/tide-agent-7/j-1.1"); "" without a v2 tree.
+  // runtimes name cgroups ("/tide-agent-7-0/j-1.1"); "" without a v2 tree.
   std::string V2Path(const std::string& key) const;
 
-  // Removes the subtrees `prefix`<pid> (and their empty job cgroups) that
-  // agents no longer running left behind, e.g. after a kill -9. Only empty
-  // cgroups can be removed, so nothing that still runs is touched.
+  // Removes the subtrees `prefix`<pid> and `prefix`<pid>-<n> that agents
+  // no longer running left behind, e.g. after a kill -9: what still runs in
+  // them is killed first (a job's children outlive their agent).
   static void RemoveStale(const CgroupLayout& layout, const std::string& prefix);
 
  private:

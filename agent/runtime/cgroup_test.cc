@@ -296,9 +296,14 @@ TEST_F(HostCgroups, WhatADeadAgentLeftRunningIsKilledAtTheNextStart) {
   ::waitpid(dead, nullptr, 0);
   auto layout = DetectCgroups();
   ASSERT_TRUE(layout.ok());
-  const std::string name = "tide-agent-" + std::to_string(dead);
+  const std::string name = "tide-agent-" + std::to_string(dead) + "-3";
   auto old = CgroupManager::Create(*layout, name);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
+  // A running agent's subtree stays, whichever agent of its process it is.
+  auto live = CgroupManager::Create(*layout, "tide-agent-" + std::to_string(::getpid()) + "-9");
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+  auto running = (*live)->CreateJob("running", {0, 0, 64});
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
   auto job = (*old)->CreateJob("left", {0, 0, 64});
   ASSERT_TRUE(job.ok());
   JobCgroup* leaked = job->release();  // as if its agent died: nobody kills it
@@ -310,6 +315,7 @@ TEST_F(HostCgroups, WhatADeadAgentLeftRunningIsKilledAtTheNextStart) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  for (const auto& d : (*running)->dirs()) EXPECT_TRUE(fs::exists(d)) << d;
 }
 
 TEST_F(HostCgroups, MemoryPastTheLimitIsAnOomKillOfTheJobOnly) {

@@ -78,9 +78,10 @@ TEST_F(LimitsTest, AForkBombStopsAtThePidsLimit) {
   EXPECT_EQ(WaitTerminal(*client_, after).status, api::JobStatus::kCompleted);
 }
 
-// The cpu.stat of the cgroup `pid` is in, read on the host: v1 cpu
-// controller, else the unified tree.
-std::string CpuStatOf(pid_t pid) {
+// The cpu.stat file of the cgroup `pid` is in, on the host: v1 cpu
+// controller, else the unified tree. Resolved once: the process may be one
+// that exits before the second read.
+std::string CpuStatPathOf(pid_t pid) {
   std::istringstream in(ReadAll("/proc/" + std::to_string(pid) + "/cgroup"));
   std::string line, v2;
   while (std::getline(in, line)) {
@@ -90,11 +91,11 @@ std::string CpuStatOf(pid_t pid) {
     std::istringstream cs(controllers);
     std::string c;
     while (std::getline(cs, c, ',')) {
-      if (c == "cpu") return ReadAll("/sys/fs/cgroup/" + controllers + path + "/cpu.stat");
+      if (c == "cpu") return "/sys/fs/cgroup/" + controllers + path + "/cpu.stat";
     }
     if (controllers.empty()) v2 = path;
   }
-  return ReadAll("/sys/fs/cgroup" + v2 + "/cpu.stat");
+  return "/sys/fs/cgroup" + v2 + "/cpu.stat";
 }
 
 int64_t StatField(const std::string& text, const std::string& key) {
@@ -120,10 +121,14 @@ TEST_F(LimitsTest, ASpinnerOnEveryCoreIsThrottledToItsCpus) {
   }));
   // Counters, not wall time: over a few periods the cgroup must have been
   // throttled in most of them, for a good part of each.
-  std::string before = CpuStatOf(procs.back());
-  ASSERT_GE(StatField(before, "nr_periods"), 0) << before;
+  std::string stat, before;
+  for (auto p = procs.rbegin(); p != procs.rend() && before.empty(); ++p) {
+    stat = CpuStatPathOf(*p);  // the first one still there
+    before = ReadAll(stat);
+  }
+  ASSERT_GE(StatField(before, "nr_periods"), 0) << stat << ": " << before;
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  std::string after = CpuStatOf(procs.back());
+  std::string after = ReadAll(stat);
   int64_t periods = StatField(after, "nr_periods") - StatField(before, "nr_periods");
   int64_t throttled = StatField(after, "nr_throttled") - StatField(before, "nr_throttled");
   EXPECT_GE(periods, 5) << after;
