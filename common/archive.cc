@@ -99,21 +99,39 @@ Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit 
 
 }  // namespace
 
-namespace {
-// Opens the regular file `path` for reading, never through a link and never
-// blocking (a FIFO put in its place is refused, not waited on).
-Result<int> OpenRegular(const std::string& path, int64_t* size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
+Result<int> OpenRegularBeneath(int root_fd, const std::string& rel, int64_t* size) {
+  int dir = ::dup(root_fd);
+  if (dir < 0) return Status::Internal(std::string("dup: ") + std::strerror(errno));
+  size_t start = 0;
+  for (size_t slash; (slash = rel.find('/', start)) != std::string::npos; start = slash + 1) {
+    const std::string part = rel.substr(start, slash - start);
+    if (part.empty() || part == "." || part == "..") {
+      ::close(dir);
+      return Status::InvalidArgument("not a path below the directory: " + rel);
+    }
+    int next = ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir);
+    if (next < 0) return Status::NotFound("cannot read " + rel + ": " + std::strerror(err));
+    dir = next;
+  }
+  const std::string last = rel.substr(start);
+  if (last.empty() || last == "." || last == "..") {
+    ::close(dir);
+    return Status::InvalidArgument("not a file below the directory: " + rel);
+  }
+  int fd = ::openat(dir, last.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int err = errno;
+  ::close(dir);
+  if (fd < 0) return Status::NotFound("cannot read " + rel + ": " + std::strerror(err));
   struct stat sb {};
   if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument(path + " is not a regular file");
+    return Status::InvalidArgument(rel + " is not a regular file");
   }
   *size = sb.st_size;
   return fd;
 }
-}  // namespace
 
 Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options) {
   std::error_code ec;
@@ -129,6 +147,12 @@ Result<std::string> PackDirectory(const std::string& dir, const PackOptions& opt
   if (archive_write_open(w.get(), &out, nullptr, write_cb, nullptr) != ARCHIVE_OK) {
     return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
   }
+  const int root_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) return Status::InvalidArgument("cannot open " + dir + ": " + std::strerror(errno));
+  struct CloseRoot {
+    int fd;
+    ~CloseRoot() { ::close(fd); }
+  } close_root{root_fd};
   std::vector<fs::path> paths;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
@@ -153,7 +177,7 @@ Result<std::string> PackDirectory(const std::string& dir, const PackOptions& opt
       }
     } else if (fs::is_regular_file(st)) {
       int64_t size = 0;
-      auto fd = OpenRegular(p.string(), &size);
+      auto fd = OpenRegularBeneath(root_fd, rel, &size);
       if (!fd.ok()) {
         if (options.skip_other_files) continue;  // replaced by a link since the walk
         return fd.status();

@@ -32,6 +32,12 @@ struct PackOptions {
 // without following links.
 Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options = {});
 
+// Opens the regular file `rel` ("a/b.txt") below the directory `dir_fd` for
+// reading and sets *size: never through a link at any level, so a
+// directory swapped for a link while a tree is read is refused, not
+// followed; a FIFO or device in its place is refused without blocking.
+Result<int> OpenRegularBeneath(int dir_fd, const std::string& rel, int64_t* size);
+
 // Checks every entry of `archive` without writing anything. The error names
 // the first bad entry.
 Status ValidateArchive(const std::string& archive, const ArchiveLimits& limits = {});

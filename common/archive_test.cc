@@ -2,12 +2,14 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <clocale>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -197,6 +199,29 @@ TEST_F(ArchiveTest, PackEmptyDirectory) {
   ASSERT_TRUE(UnpackArchive(*packed, dest_).ok());
   EXPECT_TRUE(fs::is_directory(dest_));
   EXPECT_TRUE(fs::is_empty(dest_));
+}
+
+TEST_F(ArchiveTest, FilesAreOpenedBeneathTheDirectoryNeverThroughALink) {
+  Write("a/b/c.txt", "inside");
+  fs::create_directories(root_ + "/elsewhere/b");
+  std::ofstream(root_ + "/elsewhere/b/c.txt") << "outside";
+  int dir = ::open(src_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir, 0);
+  int64_t size = 0;
+  auto fd = OpenRegularBeneath(dir, "a/b/c.txt", &size);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(size, 6);
+  ::close(*fd);
+  // The walk saw a directory; by the time it is read it is a link.
+  fs::rename(src_ + "/a", root_ + "/was-a");
+  fs::create_directory_symlink(root_ + "/elsewhere", src_ + "/a");
+  EXPECT_FALSE(OpenRegularBeneath(dir, "a/b/c.txt", &size).ok());
+  fs::create_symlink(root_ + "/elsewhere/b/c.txt", src_ + "/link.txt");
+  EXPECT_FALSE(OpenRegularBeneath(dir, "link.txt", &size).ok());
+  ASSERT_EQ(::mkfifo((src_ + "/fifo").c_str(), 0644), 0);
+  EXPECT_FALSE(OpenRegularBeneath(dir, "fifo", &size).ok());
+  EXPECT_FALSE(OpenRegularBeneath(dir, "../elsewhere/b/c.txt", &size).ok());
+  ::close(dir);
 }
 
 TEST_F(ArchiveTest, UnpackIntoDestWithTrailingSlash) {
