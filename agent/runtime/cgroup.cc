@@ -314,6 +314,12 @@ Result<std::unique_ptr<CgroupManager>> CgroupManager::Create(const CgroupLayout&
       if (d == layout.v1_dirs.end()) continue;
       m->v1_base_[c] = d->second + "/" + name;
       TIDE_RETURN_IF_ERROR(MakeDir(m->v1_base_[c]));
+      // Old kernels let a v1 memory cgroup ignore its parent's limit unless
+      // asked: the job's limit must hold for what runc nests below it.
+      const std::string hierarchy = m->v1_base_[c] + "/memory.use_hierarchy";
+      if (std::string(c) == "memory" && ReadValue(hierarchy).rfind("0", 0) == 0) {
+        TIDE_RETURN_IF_ERROR(WriteValue(hierarchy, "1"));
+      }
     }
   }
   return m;

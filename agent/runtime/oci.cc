@@ -88,7 +88,9 @@ Result<std::string> RunTool(const std::vector<std::string>& argv, int64_t timeou
 int OpenInRoot(int root_fd, const std::string& rel, int flags);
 
 bool ExecutableInRoot(int root_fd, const std::string& path) {
-  int fd = OpenInRoot(root_fd, path.substr(path.find_first_not_of('/')), O_PATH);
+  const size_t start = path.find_first_not_of('/');
+  if (start == std::string::npos) return false;  // "/" is no program
+  int fd = OpenInRoot(root_fd, path.substr(start), O_PATH);
   if (fd < 0) return false;
   struct stat st {};
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
@@ -177,7 +179,7 @@ Result<std::string> ResolveInImage(const std::string& name, const std::string& p
   if (name.empty()) return Status::InvalidArgument("empty command", "command");
   if (name.find('/') != std::string::npos && name[0] != '/') {
     // ./train.sh: the job's own directories are the host's.
-    return ResolveProgram(name, path_var, work_dir);
+    return ResolveJobProgram(name, path_var, work_dir);
   }
   int root = ::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) return Status::Internal("open image " + rootfs + ": " + Errno(errno));
@@ -214,6 +216,8 @@ json OciConfig(const OciPlan& plan) {
       {"env", plan.env},
       {"cwd", plan.work_dir},
       {"noNewPrivileges", true},
+      {"oomScoreAdj", plan.oom_score_adj},
+      {"rlimits", json::array({{{"type", "RLIMIT_CORE"}, {"hard", 0}, {"soft", 0}}})},
       {"capabilities",
        {{"bounding", json::array()},
         {"effective", json::array()},
@@ -489,6 +493,11 @@ Result<std::unique_ptr<Process>> OciRuntime::Start(const LaunchSpec& spec) {
 
   std::string id = "tide-" + std::to_string(::getpid()) + "-" +
                    (spec.cgroup_key.empty() ? std::to_string(++g_container_seq) : spec.cgroup_key);
+  // It names the bundle and overlay directories: one path component.
+  if (id.size() > 200 || id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789-_.") != std::string::npos) {
+    return Status::InvalidArgument("bad container name \"" + id + "\"");
+  }
   auto container = std::make_unique<Container>(options_.runc, options_.state_dir + "/runc", id,
                                                options_.state_dir + "/" + id);
   TIDE_RETURN_IF_ERROR(container->Mount(image->second));
@@ -505,6 +514,7 @@ Result<std::unique_ptr<Process>> OciRuntime::Start(const LaunchSpec& spec) {
   plan.readable = spec.readable;
   plan.network = spec.network;
   plan.hostname = spec.hostname;
+  plan.oom_score_adj = JobOomScoreAdj();
   for (const std::string& dev : spec.devices) {
     struct stat st {};
     if (::stat((options_.gpu_dev_root + "/" + dev).c_str(), &st) != 0) continue;
@@ -521,7 +531,7 @@ Result<std::unique_ptr<Process>> OciRuntime::Start(const LaunchSpec& spec) {
   } else {
     plan.cgroups_path = id;
   }
-  for (const std::string& p : spec.writable) TIDE_RETURN_IF_ERROR(ChownTree(p, uid));
+  for (const std::string& p : spec.writable) TIDE_RETURN_IF_ERROR(GiveTree(p, uid));
 
   {
     const std::string path = container->bundle() + "/config.json";

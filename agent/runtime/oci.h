@@ -65,6 +65,7 @@ struct OciPlan {
   bool network = false;
   std::string hostname;
   std::string cgroups_path;  // linux.cgroupsPath
+  int oom_score_adj = 0;     // process.oomScoreAdj (JobOomScoreAdj)
 };
 inline constexpr const char* kOciInitPath = "/.tide/init";
 // The OCI runtime spec (config.json) for `plan`.

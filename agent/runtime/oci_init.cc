@@ -27,7 +27,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tide-init COMMAND [ARG]...\n");
     return 2;
   }
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+  // Not dumpable: the job (same uid) may not write this process's memory
+  // through /proc/1/mem to undo the parent-death signal. Its exec resets
+  // this for the command.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::prctl(PR_SET_DUMPABLE, 0) != 0) {
     std::fprintf(stderr, "tide-init: prctl: %s\n", std::strerror(errno));
     return 126;
   }

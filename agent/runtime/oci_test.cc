@@ -86,13 +86,17 @@ TEST(OciImagesTest, CommandsAreFoundInsideTheImageNotOnTheHost) {
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(*r2, "/usr/local/bin/tool2");
   EXPECT_TRUE(ResolveInImage("/bin/tool", path, dir, "img", "/nonexistent").ok());
-  for (const char* missing : {"hostonly", "data", "env", "/usr/bin/env"}) {
+  for (const char* missing : {"hostonly", "data", "env", "/usr/bin/env", "/", "//"}) {
     auto m = ResolveInImage(missing, path, dir, "img", "/nonexistent");
     EXPECT_FALSE(m.ok()) << missing;
     if (!m.ok()) {
       EXPECT_NE(m.status().message().find("image \"img\""), std::string::npos);
     }
   }
+  // A path beside the image, on the host: whether it exists is not told.
+  auto host = ResolveInImage("../../etc/passwd", path, dir, "img", dir);
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().message(), "../../etc/passwd: command not found or not executable");
   fs::remove_all(dir);
 }
 
@@ -119,6 +123,9 @@ TEST(OciConfigTest, TheContainerGetsOnlyWhatThePlanSays) {
   EXPECT_EQ(c["root"]["readonly"], true);
   EXPECT_EQ(c["hostname"], "gpu-7");
   EXPECT_EQ(c["linux"]["cgroupsPath"], "tide-1-j-1.1");
+  EXPECT_EQ(c["process"]["oomScoreAdj"], 0);
+  EXPECT_EQ(c["process"]["rlimits"],
+            json::parse(R"([{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}])"));
 
   std::vector<std::string> ns;
   for (const json& n : c["linux"]["namespaces"]) ns.push_back(n["type"]);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <grp.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -87,6 +89,24 @@ Result<std::string> ResolveProgram(const std::string& name, const std::string& p
   }
   return Status::NotFound(name + ": command not found (PATH=" + path_var + ")");
 }
+
+Result<std::string> ResolveJobProgram(const std::string& name, const std::string& path_var,
+                                      const std::string& work_dir) {
+  Result<std::string> found = ResolveProgram(name, path_var, work_dir);
+  if (found.ok() || name.find('/') == std::string::npos) return found;
+  return Status::NotFound(name + ": command not found or not executable");
+}
+
+namespace {
+int OwnOomScoreAdj() {
+  std::ifstream in("/proc/self/oom_score_adj");
+  int own = 0;
+  in >> own;
+  return own;
+}
+}  // namespace
+
+int JobOomScoreAdj() { return std::max(OwnOomScoreAdj(), 0); }
 
 namespace {
 
@@ -401,6 +421,9 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     cgroup = std::move(made).value();
   }
 
+  // A job's uid: no core dumps to the host's handler, and no share of the
+  // agent's protection from the OOM killer.
+  const std::string oom_adj = switch_uid && OwnOomScoreAdj() < 0 ? "0" : "";
   const pid_t parent = ::getpid();
   std::unique_lock<std::mutex> lock(shared_->mu);  // no reaping between fork and registration
   pid_t pid = ::fork();
@@ -424,6 +447,15 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
       if (got != 1) ::_exit(127);  // the agent could not place it
     }
     if (::setsid() < 0) fail(2);
+    if (switch_uid) {
+      const rlimit no_core{0, 0};
+      if (::setrlimit(RLIMIT_CORE, &no_core) != 0) fail(2);
+    }
+    if (!oom_adj.empty()) {
+      int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, oom_adj.data(), oom_adj.size()) < 0) fail(2);
+      ::close(fd);
+    }
     if (switch_gid && (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0)) fail(2);
     if (switch_uid && ::setresuid(uid, uid, uid) != 0) fail(2);
     // After the uid change, which clears it.

@@ -53,6 +53,17 @@ class ProcessRuntime final : public Runtime {
 Result<std::string> ResolveProgram(const std::string& name, const std::string& path_var,
                                    const std::string& work_dir);
 
+// ResolveProgram for an isolated job: a path is looked up on the host, as
+// root, where the job may not look; whatever failed, the error says only
+// that, so it tells nothing of the host's files.
+Result<std::string> ResolveJobProgram(const std::string& name, const std::string& path_var,
+                                      const std::string& work_dir);
+
+// The oom_score_adj a job gets: the agent's own, but never below 0, so an
+// agent shielded from the OOM killer (a service's OOMScoreAdjust=-500) does
+// not shield its jobs too.
+int JobOomScoreAdj();
+
 // PATH used when the job's environment has none.
 inline constexpr const char* kDefaultPath =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

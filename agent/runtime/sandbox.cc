@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,6 +98,22 @@ bool IsUnder(const std::string& path, const std::string& dir) {
 
 // ---------------------------------------------------------------- uid sweeps
 
+namespace {
+// Sends `sig` to `pid` only if it still runs as `uid` once pinned by a
+// pidfd: a job process that exits and whose pid is reused by another
+// between the look at /proc and the kill is never hit.
+void SignalPinned(const char* pid_name, uid_t uid, int sig) {
+  const auto pid = static_cast<pid_t>(std::atol(pid_name));
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) {
+    if (errno == ENOSYS) ::kill(pid, sig);  // kernels before 5.3
+    return;
+  }
+  if (ProbeUid(pid_name, uid).runs_as) ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0);
+  ::close(fd);
+}
+}  // namespace
+
 Status KillUid(uid_t uid) {
   const pid_t self = ::getpid();
   for (int round = 0; round < 250; ++round) {
@@ -105,15 +122,16 @@ Status KillUid(uid_t uid) {
     if (d == nullptr) return Status::Internal("open /proc: " + Errno(errno));
     while (dirent* e = ::readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      const auto pid = static_cast<pid_t>(std::atol(e->d_name));
+      if (pid == self) continue;  // the agent reading a job's files as its fsuid
       UidProbe p = ProbeUid(e->d_name, uid);
       if (!p.runs_as) continue;
-      const auto pid = static_cast<pid_t>(std::atol(e->d_name));
       if (p.zombie) {
         if (p.ppid == self) ::waitpid(pid, nullptr, WNOHANG);
         continue;
       }
       ++found;
-      ::kill(pid, SIGKILL);
+      SignalPinned(e->d_name, uid, SIGKILL);
     }
     ::closedir(d);
     if (found == 0) return Status::Ok();
@@ -127,17 +145,18 @@ Status SignalUid(uid_t uid, pid_t monitor, int sig) {
   if (d == nullptr) return Status::Internal("open /proc: " + Errno(errno));
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    UidProbe p = ProbeUid(e->d_name, uid);
     const auto pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (pid == ::getpid()) continue;
+    UidProbe p = ProbeUid(e->d_name, uid);
     if (!p.runs_as || p.zombie || pid == monitor || p.ppid == monitor) continue;
-    ::kill(pid, sig);
+    SignalPinned(e->d_name, uid, sig);
   }
   ::closedir(d);
   return Status::Ok();
 }
 
 namespace {
-uid_t g_chown_uid = 0;  // nftw has no user pointer; ChownTree holds chown_mu
+uid_t g_chown_uid = 0;  // nftw has no user pointer; GiveTree holds chown_mu
 std::mutex chown_mu;
 
 int ChownOne(const char* path, const struct stat*, int, struct FTW*) {
@@ -146,17 +165,25 @@ int ChownOne(const char* path, const struct stat*, int, struct FTW*) {
 
 }  // namespace
 
-Status ChownTree(const std::string& path, uid_t uid) {
+Status GiveTree(const std::string& path, uid_t uid) {
   std::lock_guard<std::mutex> lock(chown_mu);
   g_chown_uid = uid;
   int r = ::nftw(path.c_str(), ChownOne, 32, FTW_PHYS | FTW_MOUNT);
   if (r != 0) return Status::Internal("chown " + path + ": " + Errno(r > 0 ? r : errno));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Status::Internal("stat " + path + ": " + Errno(errno));
+  if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    if (::chmod(path.c_str(), S_ISDIR(st.st_mode) ? 0700 : 0600) != 0) {
+      return Status::Internal("chmod " + path + ": " + Errno(errno));
+    }
+  }
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- uid range
 
-Result<UidRange> ParseUidRange(const std::string& text, const std::string& passwd) {
+Result<UidRange> ParseUidRange(const std::string& text, const std::string& passwd,
+                               const std::string& group) {
   size_t dash = text.find('-');
   UidRange r;
   if (dash == std::string::npos || !ParseUid(text.substr(0, dash), &r.first) ||
@@ -168,19 +195,23 @@ Result<UidRange> ParseUidRange(const std::string& text, const std::string& passw
   if (r.last < r.first) {
     return Status::InvalidArgument("--job-uids: " + text + " ends before it starts");
   }
-  std::ifstream in(passwd);
-  std::string line;
-  while (std::getline(in, line)) {
-    // name:password:UID:GID:...
-    size_t a = line.find(':');
-    size_t b = a == std::string::npos ? a : line.find(':', a + 1);
-    size_t c = b == std::string::npos ? b : line.find(':', b + 1);
-    uid_t uid;
-    if (c == std::string::npos || !ParseUid(line.substr(b + 1, c - b - 1), &uid)) continue;
-    if (uid >= r.first && uid <= r.last) {
-      return Status::InvalidArgument("--job-uids: " + text + " holds uid " + std::to_string(uid) +
-                                     " of user " + line.substr(0, a) + " (" + passwd +
-                                     "); jobs need uids nobody else has");
+  // A job's gid is its uid: the range may hold no user and no group.
+  for (const auto& [file, what] : {std::pair{passwd, "uid"}, std::pair{group, "gid"}}) {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      // name:password:ID:...
+      size_t a = line.find(':');
+      size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+      size_t c = b == std::string::npos ? b : line.find(':', b + 1);
+      uid_t id;
+      if (c == std::string::npos || !ParseUid(line.substr(b + 1, c - b - 1), &id)) continue;
+      if (id >= r.first && id <= r.last) {
+        return Status::InvalidArgument("--job-uids: " + text + " holds " + what + " " +
+                                       std::to_string(id) + " of " +
+                                       (file == passwd ? "user " : "group ") + line.substr(0, a) +
+                                       " (" + file + "); jobs need ids nobody else has");
+      }
     }
   }
   return r;
@@ -272,7 +303,7 @@ const std::vector<const char*> kJobRefusedSyscalls = {
     "userfaultfd", "unshare", "setns", "reboot", "swapon", "swapoff", "settimeofday",
     "clock_settime", "clock_adjtime", "adjtimex", "open_by_handle_at", "name_to_handle_at",
     "acct", "quotactl", "syslog", "lookup_dcookie", "uselib", "iopl", "ioperm", "vhangup",
-    "fanotify_init"};
+    "fanotify_init", "pidfd_getfd", "process_madvise"};
 const std::vector<uint64_t> kJobRefusedCloneFlags = {CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,
                                                      CLONE_NEWNET,  CLONE_NEWIPC, CLONE_NEWUTS,
                                                      CLONE_NEWCGROUP};
@@ -435,7 +466,7 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
   env.try_emplace("PATH", kDefaultPath);
   // The host's view is the sandbox's for the system directories and the job's
   // own: a program that cannot be found is a start failure, as without one.
-  Result<std::string> program = ResolveProgram(spec.argv[0], env["PATH"], spec.work_dir);
+  Result<std::string> program = ResolveJobProgram(spec.argv[0], env["PATH"], spec.work_dir);
   if (!program.ok()) return program.status();
 
   Result<std::unique_ptr<UidLease>> lease = uids_.Claim();
@@ -458,7 +489,7 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
     plan.devices.emplace_back(host, "/dev/" + dev);
   }
   for (const std::string& p : spec.writable) {
-    TIDE_RETURN_IF_ERROR(ChownTree(p, uid));
+    TIDE_RETURN_IF_ERROR(GiveTree(p, uid));
     // Every directory between the data dir and the path: enter, not list.
     for (const std::string& root : options_.hidden) {
       if (!IsUnder(p, root)) continue;

@@ -39,9 +39,10 @@ struct UidRange {
   uid_t last = 0;
 };
 // Parses "FIRST-LAST"; the error names the flag. Refuses uid 0, ranges
-// the wrong way round, and ranges holding a user of /etc/passwd
-// (`passwd`: that file's path).
-Result<UidRange> ParseUidRange(const std::string& text, const std::string& passwd = "/etc/passwd");
+// the wrong way round, and ranges holding a user of /etc/passwd or a group
+// of /etc/group (a job's gid is its uid); `passwd`, `group`: their paths.
+Result<UidRange> ParseUidRange(const std::string& text, const std::string& passwd = "/etc/passwd",
+                               const std::string& group = "/etc/group");
 
 // A uid a job holds for its life. The claim is an flock on
 // `lock_dir`/<uid>.lock: agents sharing a host (and a range) never hand one
@@ -82,8 +83,9 @@ Status KillUid(uid_t uid);
 // which would die of a SIGTERM (or ignore it) without passing it on.
 Status SignalUid(uid_t uid, pid_t monitor, int sig);
 // Hands `path` and everything below it to `uid` (and its gid), never
-// following a link.
-Status ChownTree(const std::string& path, uid_t uid);
+// following a link, and makes `path` itself private to that uid (0700, a
+// file 0600): no other job's uid reads through it.
+Status GiveTree(const std::string& path, uid_t uid);
 // bwrap and tide-init exit 128+S when the job was killed by signal S, as a
 // shell does: reported as signal S.
 std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e);

@@ -45,23 +45,28 @@ TEST(UidRangeTest, ParsesAndRefusesWhatCannotBeAJobUid) {
                                     "alice:x:1000:1000::/home/alice:/bin/sh\n"
                                     "broken line\n"
                                     "svc:x:2000000500:2000000500::/:/bin/false\n";
-  auto r = ParseUidRange("100000-165535", dir + "/passwd");
+  std::ofstream(dir + "/group") << "root:x:0:\nvideo:x:44:alice\ngpu:x:3000000007:\n";
+  auto r = ParseUidRange("100000-165535", dir + "/passwd", dir + "/group");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->first, 100000u);
   EXPECT_EQ(r->last, 165535u);
   for (const char* bad : {"", "100000", "a-b", "100000-", "-5", "5-4", "0-10", "1-99999999999",
                           "1-4294967295"}) {
-    auto b = ParseUidRange(bad, dir + "/passwd");
+    auto b = ParseUidRange(bad, dir + "/passwd", dir + "/group");
     EXPECT_FALSE(b.ok()) << bad;
     if (!b.ok()) {
       EXPECT_NE(b.status().message().find("--job-uids"), std::string::npos) << bad;
     }
   }
-  auto clash = ParseUidRange("999-1001", dir + "/passwd");
+  auto clash = ParseUidRange("999-1001", dir + "/passwd", dir + "/group");
   ASSERT_FALSE(clash.ok());
   EXPECT_NE(clash.status().message().find("uid 1000 of user alice"), std::string::npos)
       << clash.status().message();
-  EXPECT_FALSE(ParseUidRange("2000000000-2000065535", dir + "/passwd").ok());
+  EXPECT_FALSE(ParseUidRange("2000000000-2000065535", dir + "/passwd", dir + "/group").ok());
+  auto group = ParseUidRange("3000000000-3000065535", dir + "/passwd", dir + "/group");
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.status().message().find("gid 3000000007 of group gpu"), std::string::npos)
+      << group.status().message();
   fs::remove_all(dir);
 }
 
@@ -257,6 +262,7 @@ class HostSandbox : public ::testing::Test {
 
 TEST_F(HostSandbox, AJobRunsAsItsOwnUidWithoutCapabilities) {
   Ran r = Run(Job("who", "id -u; grep CapEff /proc/self/status; hostname; echo $$; "
+                         "echo core $(ulimit -c); echo adj $(cat /proc/self/oom_score_adj); "
                          "echo hi > out.txt && cat out.txt"));
   EXPECT_EQ(r.exit.exit_code, 0) << r.output;
   EXPECT_GE(r.uid, 2100000000);
@@ -264,9 +270,16 @@ TEST_F(HostSandbox, AJobRunsAsItsOwnUidWithoutCapabilities) {
   EXPECT_NE(r.output.find(std::to_string(r.uid) + "\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("CapEff:\t0000000000000000"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\nhi\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("core 0\n"), std::string::npos) << r.output;  // no dumps to the host
+  EXPECT_NE(r.output.find("adj " + std::to_string(JobOomScoreAdj()) + "\n"), std::string::npos)
+      << r.output;
   struct stat st {};
   ASSERT_EQ(::stat((data_ + "/jobs/who/1/work/out.txt").c_str(), &st), 0);
   EXPECT_EQ(static_cast<int64_t>(st.st_uid), r.uid);
+  // Its directories are its own: no other job's uid reads through them.
+  ASSERT_EQ(::stat((data_ + "/jobs/who/1/work").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<int64_t>(st.st_uid), r.uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
 TEST_F(HostSandbox, TheHostIsReadOnlyAndTheDataDirIsNotThere) {
