@@ -1,0 +1,241 @@
+// tide-runtime-bench: what a job pays for its isolation. For each runtime of
+// the agent, the time from Start to the exit of `true` (a job's start and
+// teardown) and the time a cancel takes (KillTree of a running job with
+// children, until it is reaped):
+//   process         plain processes, no cgroup (development only)
+//   process+cgroup  the same in a job cgroup with limits
+//   sandbox         bubblewrap as a job uid, in a job cgroup (the default)
+//   oci             a runc container over a busybox rootfs, in a job cgroup
+// Needs root (job uids, cgroups); a runtime this host cannot give is
+// reported as skipped with the reason.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "agent/runtime/cgroup.h"
+#include "agent/runtime/oci.h"
+#include "agent/runtime/process_runtime.h"
+#include "agent/runtime/sandbox.h"
+#include "agent/testing/busybox_image.h"
+
+namespace fs = std::filesystem;
+using namespace tide::agent;
+
+namespace {
+
+enum class Kind { kProcess, kProcessCgroup, kSandbox, kOci };
+
+struct Env {
+  std::string dir, data;
+  std::unique_ptr<ProcessRuntime> plain, limited;
+  std::unique_ptr<CgroupManager> cgroups;
+  std::unique_ptr<SandboxRuntime> sandbox;
+  std::unique_ptr<OciRuntime> oci;
+  std::string cgroup_error, sandbox_error, oci_error;
+  int devnull = -1;
+  int seq = 0;
+
+  Env() {
+    char tmpl[] = "/tmp/tide-runtime-bench-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    dir = tmpl;
+    ::chmod(dir.c_str(), 0711);  // job uids traverse to their directories
+    data = dir + "/data";
+    fs::create_directories(data + "/jobs");
+    devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    plain = std::make_unique<ProcessRuntime>();
+    limited = std::make_unique<ProcessRuntime>();
+    auto layout = DetectCgroups();
+    if (!layout.ok()) {
+      cgroup_error = layout.status().message();
+    } else if (auto m = CgroupManager::Create(*layout, "tide-bench-" + std::to_string(::getpid()));
+               !m.ok()) {
+      cgroup_error = m.status().message();
+    } else {
+      cgroups = std::move(m).value();
+      limited->set_cgroups(cgroups.get());
+    }
+    SandboxOptions so;
+    so.uids = {2100000200u, 2100000299u};
+    so.lock_dir = dir + "/locks";
+    so.hidden = {data};
+    if (auto rt = SandboxRuntime::Create(so, limited.get()); rt.ok()) {
+      sandbox = std::move(rt).value();
+    } else {
+      sandbox_error = rt.status().message();
+    }
+    OciOptions oo;
+    oo.init = TIDE_INIT_BINARY;
+    oo.state_dir = data + "/oci";
+    oo.uids = {2100000300u, 2100000399u};
+    oo.lock_dir = dir + "/locks";
+    if (!testing::MakeBusyboxImage(dir + "/busybox")) {
+      oci_error = "no static busybox (Debian package busybox-static)";
+    } else {
+      oo.images = {{"busybox", dir + "/busybox"}};
+      if (auto rt = OciRuntime::Create(oo, limited.get(), cgroups.get()); rt.ok()) {
+        oci = std::move(rt).value();
+      } else {
+        oci_error = rt.status().message();
+      }
+    }
+  }
+  ~Env() {
+    oci.reset();
+    sandbox.reset();
+    limited.reset();
+    plain.reset();
+    cgroups.reset();
+    if (devnull >= 0) ::close(devnull);
+    if (!dir.empty()) fs::remove_all(dir);
+  }
+
+  // The runtime of `kind`, or null with the reason in *why.
+  Runtime* Get(Kind kind, std::string* why) {
+    switch (kind) {
+      case Kind::kProcess:
+        return plain.get();
+      case Kind::kProcessCgroup:
+        *why = "no job cgroups: " + cgroup_error;
+        return cgroups ? limited.get() : nullptr;
+      case Kind::kSandbox:
+        *why = sandbox_error;
+        return sandbox.get();
+      case Kind::kOci:
+        *why = oci_error;
+        return oci.get();
+    }
+    return nullptr;
+  }
+
+  // A job's directories and spec, as the agent lays them out.
+  LaunchSpec Job(Kind kind, const std::string& script, int output_fd) {
+    const std::string id = "j-bench-" + std::to_string(++seq);
+    const std::string root = data + "/jobs/" + id + "/1";
+    for (const char* d : {"work", "output"}) fs::create_directories(root + "/" + d);
+    LaunchSpec spec;
+    spec.argv = {"sh", "-c", script};
+    spec.work_dir = root + "/work";
+    spec.env = {{"TIDE_JOB_ID", id}};
+    spec.tag = {"TIDE_JOB_ID=" + id};
+    spec.writable = {root + "/work", root + "/output"};
+    spec.output_fd = output_fd;
+    spec.cgroup_key = id + ".1";
+    spec.limits = {1LL << 30, 1.0, 256};
+    if (kind == Kind::kOci) spec.image = "busybox";
+    return spec;
+  }
+  void Remove(const LaunchSpec& spec) {
+    fs::remove_all(fs::path(spec.work_dir).parent_path().parent_path());
+  }
+};
+
+Env* env = nullptr;
+
+void BM_StartToExit(benchmark::State& state, Kind kind) {
+  std::string why;
+  Runtime* rt = env->Get(kind, &why);
+  if (rt == nullptr) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    LaunchSpec spec = env->Job(kind, "true", env->devnull);
+    state.ResumeTiming();
+    auto p = rt->Start(spec);
+    if (!p.ok()) {
+      state.SkipWithError(p.status().ToString().c_str());
+      break;
+    }
+    auto e = (*p)->Wait(30'000);
+    p->reset();  // the runtime's teardown: cgroup, uid claim, container
+    state.PauseTiming();
+    if (!e || e->exit_code != 0) {
+      state.SkipWithError("the job did not exit 0");
+      break;
+    }
+    env->Remove(spec);
+    state.ResumeTiming();
+  }
+}
+
+// Reads the job's output until `word` appears (false after 30 s).
+bool WaitForOutput(int fd, const std::string& word) {
+  std::string got;
+  for (int i = 0; i < 600 && got.find(word) == std::string::npos; ++i) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 50) <= 0) continue;
+    char buf[256];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got.find(word) != std::string::npos;
+}
+
+void BM_Cancel(benchmark::State& state, Kind kind) {
+  std::string why;
+  Runtime* rt = env->Get(kind, &why);
+  if (rt == nullptr) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    LaunchSpec spec = env->Job(kind, "sleep 60 & sleep 60 & echo ready; wait", -1);
+    auto p = rt->Start(spec);
+    if (!p.ok() || !WaitForOutput((*p)->output_fd(), "ready")) {
+      state.SkipWithError(p.ok() ? "the job never said ready" : p.status().ToString().c_str());
+      break;
+    }
+    state.ResumeTiming();
+    tide::Status killed = (*p)->KillTree();
+    auto e = (*p)->Wait(30'000);
+    p->reset();
+    state.PauseTiming();
+    if (!killed.ok() || !e) {
+      state.SkipWithError(killed.ok() ? "the job was not reaped" : killed.ToString().c_str());
+      break;
+    }
+    env->Remove(spec);
+    state.ResumeTiming();
+  }
+}
+
+#define TIDE_RUNTIME_BENCH(fn)                                                       \
+  BENCHMARK_CAPTURE(fn, process, Kind::kProcess)->Unit(benchmark::kMillisecond);     \
+  BENCHMARK_CAPTURE(fn, process_cgroup, Kind::kProcessCgroup)                        \
+      ->Unit(benchmark::kMillisecond);                                               \
+  BENCHMARK_CAPTURE(fn, sandbox, Kind::kSandbox)->Unit(benchmark::kMillisecond);     \
+  BENCHMARK_CAPTURE(fn, oci, Kind::kOci)->Unit(benchmark::kMillisecond)
+
+TIDE_RUNTIME_BENCH(BM_StartToExit);
+TIDE_RUNTIME_BENCH(BM_Cancel);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (::geteuid() != 0) {
+    fprintf(stderr, "tide-runtime-bench: run as root (jobs run as their own uids, in cgroups)\n");
+    return 1;
+  }
+  env = new Env;
+  if (env->dir.empty()) {
+    fprintf(stderr, "tide-runtime-bench: cannot create a directory in /tmp\n");
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  delete env;
+  return 0;
+}
