@@ -24,6 +24,7 @@
 #include "agent/runtime/process_runtime.h"
 #include "agent/runtime/sandbox.h"
 #include "agent/testing/busybox_image.h"
+#include "agent/testing/job_spec.h"
 
 namespace fs = std::filesystem;
 using namespace tide::agent;
@@ -98,7 +99,7 @@ struct Env {
   }
 
   // The runtime of `kind`, or null with the reason in *why.
-  Runtime* Get(Kind kind, std::string* why) {
+  Runtime* Get(Kind kind, std::string* why) const {
     switch (kind) {
       case Kind::kProcess:
         return plain.get();
@@ -117,17 +118,8 @@ struct Env {
 
   // A job's directories and spec, as the agent lays them out.
   LaunchSpec Job(Kind kind, const std::string& script, int output_fd) {
-    const std::string id = "j-bench-" + std::to_string(++seq);
-    const std::string root = data + "/jobs/" + id + "/1";
-    for (const char* d : {"work", "output"}) fs::create_directories(root + "/" + d);
-    LaunchSpec spec;
-    spec.argv = {"sh", "-c", script};
-    spec.work_dir = root + "/work";
-    spec.env = {{"TIDE_JOB_ID", id}};
-    spec.tag = {"TIDE_JOB_ID=" + id};
-    spec.writable = {root + "/work", root + "/output"};
+    LaunchSpec spec = testing::JobSpec(data, "j-bench-" + std::to_string(++seq), script);
     spec.output_fd = output_fd;
-    spec.cgroup_key = id + ".1";
     spec.limits = {1LL << 30, 1.0, 256};
     if (kind == Kind::kOci) spec.image = "busybox";
     return spec;
@@ -139,13 +131,17 @@ struct Env {
 
 Env* env = nullptr;
 
-void BM_StartToExit(benchmark::State& state, Kind kind) {
+// The runtime of `kind`, or null once `state` is skipped with the reason.
+Runtime* RuntimeOrSkip(benchmark::State& state, Kind kind) {
   std::string why;
   Runtime* rt = env->Get(kind, &why);
-  if (rt == nullptr) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
+  if (rt == nullptr) state.SkipWithError(why.c_str());
+  return rt;
+}
+
+void BM_StartToExit(benchmark::State& state, Kind kind) {
+  Runtime* rt = RuntimeOrSkip(state, kind);
+  if (rt == nullptr) return;
   for (auto _ : state) {
     state.PauseTiming();
     LaunchSpec spec = env->Job(kind, "true", env->devnull);
@@ -182,12 +178,8 @@ bool WaitForOutput(int fd, const std::string& word) {
 }
 
 void BM_Cancel(benchmark::State& state, Kind kind) {
-  std::string why;
-  Runtime* rt = env->Get(kind, &why);
-  if (rt == nullptr) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
+  Runtime* rt = RuntimeOrSkip(state, kind);
+  if (rt == nullptr) return;
   for (auto _ : state) {
     state.PauseTiming();
     LaunchSpec spec = env->Job(kind, "sleep 60 & sleep 60 & echo ready; wait", -1);

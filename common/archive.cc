@@ -100,30 +100,27 @@ Status ForEachEntry(const std::string& data, const ArchiveLimits& limits, Visit 
 }  // namespace
 
 Result<int> OpenRegularBeneath(int root_fd, const std::string& rel, int64_t* size) {
-  int dir = ::dup(root_fd);
-  if (dir < 0) return Status::Internal(std::string("dup: ") + std::strerror(errno));
-  size_t start = 0;
-  for (size_t slash; (slash = rel.find('/', start)) != std::string::npos; start = slash + 1) {
-    const std::string part = rel.substr(start, slash - start);
+  int fd = ::dup(root_fd);
+  if (fd < 0) return Status::Internal(std::string("dup: ") + std::strerror(errno));
+  // Each component from the directory opened before it: a directory on the
+  // way (O_PATH), then the file itself; never a link.
+  for (size_t start = 0;;) {
+    const size_t slash = rel.find('/', start);
+    const bool last = slash == std::string::npos;
+    const std::string part = rel.substr(start, last ? std::string::npos : slash - start);
     if (part.empty() || part == "." || part == "..") {
-      ::close(dir);
+      ::close(fd);
       return Status::InvalidArgument("not a path below the directory: " + rel);
     }
-    int next = ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int flags = last ? O_RDONLY | O_NONBLOCK : O_PATH | O_DIRECTORY;
+    const int next = ::openat(fd, part.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
     const int err = errno;
-    ::close(dir);
+    ::close(fd);
     if (next < 0) return Status::NotFound("cannot read " + rel + ": " + std::strerror(err));
-    dir = next;
+    fd = next;
+    if (last) break;
+    start = slash + 1;
   }
-  const std::string last = rel.substr(start);
-  if (last.empty() || last == "." || last == "..") {
-    ::close(dir);
-    return Status::InvalidArgument("not a file below the directory: " + rel);
-  }
-  int fd = ::openat(dir, last.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  const int err = errno;
-  ::close(dir);
-  if (fd < 0) return Status::NotFound("cannot read " + rel + ": " + std::strerror(err));
   struct stat sb {};
   if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     ::close(fd);

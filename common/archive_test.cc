@@ -220,7 +220,12 @@ TEST_F(ArchiveTest, FilesAreOpenedBeneathTheDirectoryNeverThroughALink) {
   EXPECT_FALSE(OpenRegularBeneath(dir, "link.txt", &size).ok());
   ASSERT_EQ(::mkfifo((src_ + "/fifo").c_str(), 0644), 0);
   EXPECT_FALSE(OpenRegularBeneath(dir, "fifo", &size).ok());
-  EXPECT_FALSE(OpenRegularBeneath(dir, "../elsewhere/b/c.txt", &size).ok());
+  for (const char* bad : {"../elsewhere/b/c.txt", "", "/etc/passwd", "//c.txt", "./link.txt"}) {
+    auto r = OpenRegularBeneath(dir, bad, &size);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("not a path below the directory"), std::string::npos)
+        << bad << ": " << r.status().message();
+  }
   ::close(dir);
 }
 

@@ -57,9 +57,12 @@ TEST_F(FakeTree, AHybridHostUsesV1ForLimitsAndTheBareV2TreeForKilling) {
   EXPECT_EQ(layout->v1_dirs.at("pids"), root_ + "/sys/fs/cgroup/pids");
   EXPECT_NE(layout->Describe().find("hybrid"), std::string::npos);
   for (const auto& [c, d] : layout->v1_dirs) fs::create_directories(d);
+  // An old kernel's default: children may ignore the agent's memory limit.
+  Write(root_ + "/sys/fs/cgroup/memory/box/7/tide-agent/memory.use_hierarchy", "0");
 
   auto m = CgroupManager::Create(*layout, "tide-agent");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(Read(root_ + "/sys/fs/cgroup/memory/box/7/tide-agent/memory.use_hierarchy"), "1");
   auto job = (*m)->CreateJob("j-1.1", {512 << 20, 1.5, 100});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const std::string mem = root_ + "/sys/fs/cgroup/memory/box/7/tide-agent/j-1.1";

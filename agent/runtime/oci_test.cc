@@ -18,6 +18,7 @@
 
 #include "agent/runtime/cgroup.h"
 #include "agent/testing/busybox_image.h"
+#include "agent/testing/job_spec.h"
 #include "common/paths.h"
 
 namespace tide::agent {
@@ -218,17 +219,7 @@ class HostOci : public ::testing::Test {
   }
 
   LaunchSpec Job(const std::string& id, const std::string& script) {
-    std::string root = data_ + "/jobs/" + id + "/1";
-    for (const char* d : {"work", "output", "control"}) fs::create_directories(root + "/" + d);
-    LaunchSpec spec;
-    spec.argv = {"sh", "-c", script};
-    spec.work_dir = root + "/work";
-    spec.env = {{"TIDE_JOB_ID", id}};
-    spec.tag = {"TIDE_JOB_ID=" + id};
-    spec.writable = {root + "/work", root + "/output"};
-    spec.readable = {root + "/control"};
-    spec.cgroup_key = id;
-    spec.limits.pids = 256;
+    LaunchSpec spec = testing::JobSpec(data_, id, script);
     spec.image = "busybox";
     spec.hostname = "gpu-host";
     return spec;
@@ -436,6 +427,14 @@ TEST_F(HostOci, AMissingCommandOrImageIsAStartFailureThatLeavesNothing) {
   r = oci_->Start(spec);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("ubuntu"), std::string::npos);
+  // The container's name becomes a directory name: a key that is not one
+  // path component is refused before anything is made.
+  spec = Job("badkey", "true");
+  spec.cgroup_key = "../../escape";
+  r = oci_->Start(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad container name"), std::string::npos)
+      << r.status().ToString();
   EXPECT_EQ(Leftovers(), 0);
 }
 

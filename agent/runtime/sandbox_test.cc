@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/runtime/cgroup.h"
+#include "agent/testing/job_spec.h"
 #include "common/paths.h"
 
 namespace tide::agent {
@@ -213,18 +214,7 @@ class HostSandbox : public ::testing::Test {
 
   // A job's directories, as the agent lays them out.
   LaunchSpec Job(const std::string& id, const std::string& script) {
-    std::string root = data_ + "/jobs/" + id + "/1";
-    for (const char* d : {"work", "output", "control"}) fs::create_directories(root + "/" + d);
-    LaunchSpec spec;
-    spec.argv = {"sh", "-c", script};
-    spec.work_dir = root + "/work";
-    spec.env = {{"TIDE_JOB_ID", id}};
-    spec.tag = {"TIDE_JOB_ID=" + id};
-    spec.writable = {root + "/work", root + "/output"};
-    spec.readable = {root + "/control"};
-    spec.cgroup_key = id;
-    spec.limits.pids = 256;
-    return spec;
+    return testing::JobSpec(data_, id, script);
   }
 
   struct Ran {
