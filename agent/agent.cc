@@ -206,6 +206,11 @@ Status Agent::Setup(SignalWatcher* signals) {
   req.prices = options_.prices;
   req.images = images_;
   req.runtime = options_.runtime;
+  req.cpus = options_.cpus > 0 ? options_.cpus : static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
+  req.memory_mb = options_.memory_mb > 0
+                      ? options_.memory_mb
+                      : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) /
+                            (1024 * 1024);
   RegisterOptions ro;
   ro.server = options_.server;
   ro.data_dir = data_dir_;

@@ -23,6 +23,11 @@ struct AgentOptions {
   // The provider's ask per GPU model, micro-credits per GPU-hour (models not
   // listed are sold at the operator's list price).
   std::map<std::string, int64_t> prices;
+  // What the host offers jobs besides its GPUs: CPUs and memory (MiB) that
+  // jobs' resources.cpus and resources.memory are placed against. 0: the
+  // whole host (its online CPUs, its physical memory).
+  double cpus = 0;
+  int64_t memory_mb = 0;
   int64_t heartbeat_interval_ms = 2'000;
   // How often a running job's changed TIDE_CHECKPOINT_DIR is uploaded (a
   // job's own checkpoint_interval wins); it is also uploaded after every

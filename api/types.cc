@@ -634,6 +634,8 @@ json ToJson(const Node& n) {
           {"labels", n.labels},
           {"images", n.images},
           {"runtime", n.runtime},
+          {"cpus", n.cpus},
+          {"memory_mb", n.memory_mb},
           {"draining", n.draining},
           {"registered_at", n.registered_at},
           {"last_heartbeat", n.last_heartbeat}};
@@ -656,6 +658,8 @@ Result<Node> NodeFromJsonImpl(const json& j) {
   if (j.contains("labels")) n.labels = j["labels"].get<std::map<std::string, std::string>>();
   if (j.contains("images")) n.images = j["images"].get<std::vector<std::string>>();
   n.runtime = j.value("runtime", "sandbox");
+  n.cpus = j.value("cpus", 0.0);
+  n.memory_mb = j.value("memory_mb", int64_t{0});
   n.draining = j.value("draining", false);
   n.registered_at = j.value("registered_at", int64_t{0});
   n.last_heartbeat = j.value("last_heartbeat", int64_t{0});
@@ -690,6 +694,8 @@ json ToJson(const RegisterRequest& r) {
             {"labels", r.labels}, {"images", r.images},     {"runtime", r.runtime}};
   if (!r.address.empty()) j["address"] = r.address;
   if (!r.prices.empty()) j["prices"] = r.prices;
+  if (r.cpus > 0) j["cpus"] = r.cpus;
+  if (r.memory_mb > 0) j["memory_mb"] = r.memory_mb;
   return j;
 }
 
@@ -744,6 +750,14 @@ Result<RegisterRequest> RegisterRequestFromJson(const json& j) {
       r.Fail("runtime", "must be sandbox, process or oci");
     }
     req.runtime = *v;
+  }
+  if (auto v = r.Number("cpus")) {
+    if (!(*v >= 0 && *v <= 65'536)) r.Fail("cpus", "must be 0 to 65536");
+    req.cpus = *v;
+  }
+  if (auto v = r.Int("memory_mb")) {
+    if (*v < 0 || *v > (int64_t{1} << 40)) r.Fail("memory_mb", "must be 0 to 2^40 MiB");
+    req.memory_mb = *v;
   }
   TIDE_RETURN_IF_ERROR(r.Finish());
   auto gpus = GpuList(j, "gpus");

@@ -216,6 +216,10 @@ struct Node {
   // a job's `image` must be one of them.
   std::vector<std::string> images = {"host"};
   std::string runtime = "sandbox";  // how its agent runs jobs: sandbox, process
+  // What the host offers jobs besides its GPUs: CPUs and memory in MiB
+  // (0 = not reported: no CPU or memory request is checked against it).
+  double cpus = 0;
+  int64_t memory_mb = 0;
   bool draining = false;  // keeps its jobs, takes no new ones
   int64_t registered_at = 0;
   int64_t last_heartbeat = 0;
@@ -234,6 +238,8 @@ struct RegisterRequest {
   std::map<std::string, std::string> labels;
   std::vector<std::string> images = {"host"};  // what jobs may ask for in `image`
   std::string runtime = "sandbox";
+  double cpus = 0;        // the host's CPUs jobs may use; 0 = not reported
+  int64_t memory_mb = 0;  // the host's memory jobs may use, MiB; 0 = not reported
 };
 // Label keys and values: 1-63 characters of [A-Za-z0-9._-]; "" if ok,
 // else what is wrong.

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   }
   char tmpl[] = "/tmp/tide-load-XXXXXX";
   std::string dir = mkdtemp(tmpl);
+  ::chmod(dir.c_str(), 0711);  // sandboxed jobs run as uids of their own and traverse to their dirs
   std::string listen = "127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
   std::string url = "http://" + listen;
   pid_t server = Spawn({tide_bin, "server", "--listen", listen, "--data-dir", dir + "/server"},
@@ -128,10 +130,17 @@ int main(int argc, char** argv) {
   pid_t agent = Spawn({tide_bin, "agent", "--server", url, "--join-token", join, "--data-dir",
                        dir + "/agent", "--name", "load-agent", "--fake-gpus", "8xRTX4090:24GB"},
                       dir + "/agent.log");
-  for (int i = 0; i < 200; ++i) {
+  bool joined = false;
+  for (int i = 0; i < 200 && !joined; ++i) {
     auto nodes = admin->ListNodes();
-    if (nodes.ok() && !nodes->empty()) break;
-    usleep(50'000);
+    joined = nodes.ok() && !nodes->empty();
+    if (!joined) usleep(50'000);
+  }
+  if (!joined) {
+    fprintf(stderr, "the agent did not join; see %s/agent.log\n", dir.c_str());
+    Stop(agent);
+    Stop(server);
+    return 1;
   }
 
   // 1. Throughput: jobs that wait (no node has their GPU type), so the

@@ -108,6 +108,21 @@ void AddAgentCommand(CLI::App& app) {
                   "Address other nodes of a multi-node job reach this one at (MASTER_ADDR); "
                   "default: the address the server sees")
       ->check([](const std::string& v) { return api::CheckAddress(v); });
+  cmd->add_option("--cpus", opts->cpus,
+                  "CPUs this host offers jobs (their resources.cpus are placed against it); "
+                  "default: every online CPU")
+      ->check(CLI::Range(0.0, 65'536.0));
+  cmd->add_option_function<std::string>(
+         "--memory",
+         [opts](const std::string& text) {
+           auto mb = api::ParseMemoryMb(text);
+           if (!mb.ok() || *mb <= 0) {
+             throw CLI::ValidationError("--memory " + text, "want a size such as 64GB");
+           }
+           opts->memory_mb = *mb;
+         },
+         "Memory this host offers jobs, e.g. 64GB (their resources.memory is placed against "
+         "it); default: all of the host's");
   AddDurationMs(cmd, "--heartbeat-interval", &opts->heartbeat_interval_ms,
                 "Time between heartbeats, e.g. 2s or 500ms");
   cmd->add_option("--job-pids-limit", opts->job_pids_limit,

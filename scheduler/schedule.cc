@@ -306,6 +306,21 @@ bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
   };
   std::vector<Option> soon;     // enough once stopping work is gone
   std::vector<Option> options;  // enough with new victims
+  // Which running job is the better victim: spot first, then lower
+  // priority, higher service level, the most recent checkpoint (it loses
+  // least by stopping) and the latest start.
+  auto victim_before = [&](int a, int b) {
+    const RunningJob& x = in_.running[static_cast<size_t>(a)];
+    const RunningJob& y = in_.running[static_cast<size_t>(b)];
+    if (x.tier != y.tier) return x.tier > y.tier;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    int lx = running_level_[static_cast<size_t>(a)];
+    int ly = running_level_[static_cast<size_t>(b)];
+    if (lx != ly) return lx > ly;
+    if (x.last_checkpoint != y.last_checkpoint) return x.last_checkpoint > y.last_checkpoint;
+    if (x.started_at != y.started_at) return x.started_at > y.started_at;
+    return x.id < y.id;
+  };
   for (size_t node = 0; node < in_.nodes.size(); ++node) {
     if (s.usable[node] < job.gpu_count || held_by_[node] >= 0) continue;
     // A node reserved for a job ranked ahead is not this job's to take.
@@ -335,18 +350,8 @@ bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
       soon.push_back({node, 0, {}});
       continue;
     }
-    std::sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) {
-      const RunningJob& x = in_.running[static_cast<size_t>(a.first)];
-      const RunningJob& y = in_.running[static_cast<size_t>(b.first)];
-      if (x.tier != y.tier) return x.tier > y.tier;  // spot first
-      if (x.priority != y.priority) return x.priority < y.priority;
-      int lx = running_level_[static_cast<size_t>(a.first)];
-      int ly = running_level_[static_cast<size_t>(b.first)];
-      if (lx != ly) return lx > ly;
-      if (x.last_checkpoint != y.last_checkpoint) return x.last_checkpoint > y.last_checkpoint;
-      if (x.started_at != y.started_at) return x.started_at > y.started_at;
-      return x.id < y.id;
-    });
+    std::sort(cands.begin(), cands.end(),
+              [&](const auto& a, const auto& b) { return victim_before(a.first, b.first); });
     // Fewest victims first: k, the least number whose largest members
     // cover the need; then the best k in preference order that still can.
     std::vector<int> sizes;
@@ -370,8 +375,15 @@ bool Pass::Preempt(uint32_t qi, ShapeIndex& s, PendingInfo* info) {
     }
     if (need <= 0) options.push_back(std::move(opt));
   }
+  // Fewest victims, then the better victims (each option's are in
+  // preference order), then the better node.
   auto better = [&](const Option& a, const Option& b) {
     if (a.victims != b.victims) return a.victims < b.victims;
+    for (size_t i = 0; i < a.chosen.size() && i < b.chosen.size(); ++i) {
+      if (a.chosen[i] == b.chosen[i]) continue;
+      if (victim_before(a.chosen[i], b.chosen[i])) return true;
+      if (victim_before(b.chosen[i], a.chosen[i])) return false;
+    }
     return pref_[a.node] < pref_[b.node];
   };
   if (static_cast<int>(soon.size()) >= job.nodes) {

@@ -278,6 +278,7 @@ void Replay::Run() {
     // Preempted work stops at once here, so a second pass at the same
     // instant can give its GPUs to the job that asked for them.
     for (int round = 0; round < 4; ++round) {
+      if (opt_.on_pass) opt_.on_pass({nodes_, queue_, running_, now * kMs});
       Plan plan = Schedule({nodes_, queue_, running_, shares, opt_.config, now * kMs});
       ++out_->scheduler_passes;
       for (const auto& p : plan.placements) Start(job_index_.at(p.job_id), p, now);

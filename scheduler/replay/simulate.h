@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,16 @@ struct SimOptions {
   // whose label `partition_label` equals the account (Philly's VCs).
   std::string partition_label;
   int64_t fair_half_life_s = 7 * 24 * 3600;
+  // What one pass of the scheduler was given (copies), for tests that
+  // compare it with what the server builds from the same state.
+  struct PassInput {
+    std::vector<NodeView> nodes;
+    std::vector<PendingJob> queue;
+    std::vector<RunningJob> running;
+    int64_t now_ms = 0;
+  };
+  // Called before every pass when set.
+  std::function<void(const PassInput&)> on_pass;
 };
 
 struct JobResult {

@@ -92,6 +92,7 @@ Response Api::Nodes(const Request& req, const Caller& caller, const Segments& se
     if (admin) j["leases"] = leases;  // job ids of every user: operators only
     j["free_gpus"] = static_cast<int>(n.node.gpus.size()) - used;
     j["running_jobs"] = n.leases.size();
+    j["reliability"] = n.reliability;
     return j;
   };
   if (seg.size() == 2) {

@@ -1,0 +1,442 @@
+// The core's public commands and reads. A command checks what it can
+// without the state, then runs a closure over the rooms on the core thread
+// (Run); a read takes the state's shared lock.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "common/token.h"
+#include "ledger/cards.h"
+#include "scheduler/estimate.h"
+#include "server/core.h"
+
+namespace tide::server {
+
+using api::Job;
+using api::JobStatus;
+using ledger::Micros;
+
+namespace {
+Status NoCode(const std::string& field) {
+  return Status::InvalidArgument("no uploaded code archive with this id (POST /v1/code first)",
+                                 field);
+}
+}  // namespace
+
+// ------------------------------------------------------------------ identity
+
+Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
+  if (bearer_token.empty()) return Status::Unauthenticated("missing bearer token");
+  std::string hash = Sha256Hex(bearer_token);
+  ReaderLock lock(state_mu_);
+  auto it = tokens_.find(hash);
+  if (it == tokens_.end() || !ConstantTimeEquals(it->second.hash, hash)) {
+    return Status::Unauthenticated("invalid token");
+  }
+  const auto& row = it->second;
+  if (row.kind == "admin") return Caller{Scope::kAdmin, "admin"};
+  if (row.kind == "user") return Caller{Scope::kUser, row.subject};
+  if (row.kind == "join") return Caller{Scope::kJoin, row.subject};  // the provider
+  if (row.kind == "node") return Caller{Scope::kNode, row.subject};
+  return Status::Unauthenticated("invalid token");
+}
+
+bool Core::Visible(const Caller& caller, const Job& job) const {
+  return caller.scope == Scope::kAdmin || job.owner == caller.subject;
+}
+
+bool Core::MayUseBatch(const Caller& caller, const std::string& batch_id) const {
+  return batches_.Find(batch_id, caller.scope == Scope::kAdmin ? "" : caller.subject) != nullptr;
+}
+
+bool Core::Replayed(const Caller& caller, const std::string& key, std::string* id) const {
+  if (key.empty()) return false;
+  auto it = idempotency_.find({caller.subject, key});
+  if (it == idempotency_.end()) return false;
+  *id = it->second;
+  return true;
+}
+
+void Core::Remember(const Caller& caller, const std::string& key, const std::string& id,
+                    store::WriteBatch& batch) {
+  if (key.empty()) return;
+  idempotency_[{caller.subject, key}] = id;
+  batch.idempotency.push_back({caller.subject, key, id});
+}
+
+Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& name) {
+  UserInfo user;
+  std::string token = NewToken("tide_u_");
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (user_names_.count(name)) return Status::Conflict("user \"" + name + "\" already exists");
+    user = UserInfo{NewId("u-"), name, clock_->NowMs()};
+    users_[user.id] = user;
+    user_names_[name] = user.id;
+    store::TokenRow row{Sha256Hex(token), "user", user.id, user.created_at};
+    tokens_[row.hash] = row;
+    batch.users.push_back({user.id, user.name, user.created_at});
+    batch.tokens.push_back(row);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::make_pair(user, token);
+}
+
+Result<std::string> Core::FindUser(const std::string& id_or_name) const {
+  ReaderLock lock(state_mu_);
+  if (users_.count(id_or_name)) return id_or_name;
+  auto it = user_names_.find(id_or_name);
+  if (it != user_names_.end()) return it->second;
+  return Status::NotFound("no user " + id_or_name);
+}
+
+Result<std::string> Core::CreateJoinToken(const std::string& provider) {
+  std::string token = NewToken("tide_j_");
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (!provider.empty() && !users_.count(provider)) return Status::NotFound("no user " + provider);
+    store::TokenRow row{Sha256Hex(token), "join", provider, clock_->NowMs()};
+    tokens_[row.hash] = row;
+    batch.tokens.push_back(row);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return token;
+}
+
+// ------------------------------------------------------------------ jobs
+
+Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec spec,
+                                             const std::string& idempotency_key) {
+  if (!spec.code.empty() && code_checker_ && !code_checker_(caller.subject, spec.code)) {
+    return NoCode("code");
+  }
+  Job out;
+  bool created = false;
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (std::string earlier; Replayed(caller, idempotency_key, &earlier)) {
+      const JobEntry* e = jobs_.Find(earlier);
+      if (e == nullptr) return Status::Conflict("Idempotency-Key was used for batch " + earlier);
+      out = e->job;
+      return Status::Ok();
+    }
+    for (size_t i = 0; i < spec.depends_on.size(); ++i) {
+      const std::string& dep = spec.depends_on[i].job;
+      const JobEntry* j = jobs_.Find(dep);
+      if ((j != nullptr && Visible(caller, j->job)) || MayUseBatch(caller, dep)) continue;
+      return Status::InvalidArgument("no job or batch " + dep,
+                                     "depends_on[" + std::to_string(i) + "].job");
+    }
+    Job job;
+    do {
+      job.id = NewId("j-");
+    } while (jobs_.Has(job.id));
+    job.owner = caller.subject;
+    job.spec = std::move(spec);
+    job.status = JobStatus::kQueued;
+    job.created_at = clock_->NowMs();
+    job.pending_reason = "waiting for the scheduler";
+    // Admission: the job's worst case moves into escrow now, or it is not
+    // accepted at all.
+    const api::JobSpec& s = job.spec;
+    const Micros rate = accounts_.MaxRate(s, jobs_);
+    const Micros hold = accounts_.WorstCase(s, rate);
+    std::string because =
+        s.max_cost > 0 && (s.max_runtime_s == 0 || hold == s.max_cost) ? "its max_cost"
+        : s.max_runtime_s > 0
+            ? std::to_string(s.resources.gpu_count * s.resources.nodes) + " GPUs at up to " +
+                  ledger::FormatCredits(rate) + " credits per GPU-hour for max_runtime " +
+                  std::to_string(s.max_runtime_s) + "s + grace " + std::to_string(s.grace_s) + "s"
+            : "the default cap for jobs without max_runtime or max_cost";
+    TIDE_RETURN_IF_ERROR(accounts_.Admit(caller.subject, job.id, hold, "the job", because,
+                                         "lower max_runtime or max_cost"));
+    out.id = jobs_.Add(std::move(job)).job.id;
+    Remember(caller, idempotency_key, out.id, batch);
+    // The scheduler runs in this same batch, before the write: the answer
+    // already says whether the job was placed or why it waits.
+    created = true;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (created) {
+    ReaderLock lock(state_mu_);
+    out = jobs_.At(out.id).job;
+  }
+  return std::make_pair(out, created);
+}
+
+Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
+  Job out;
+  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    JobEntry* e = jobs_.Find(id);
+    if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
+    if (!api::IsTerminal(e->job.status) && !e->job.cancel_requested) jobs_.Cancel(*e, "cancelled");
+    out = e->job;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
+  ReaderLock lock(state_mu_);
+  const JobEntry* e = jobs_.Find(id);
+  if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
+  Job job = e->job;
+  if (job.status == JobStatus::kQueued) {
+    std::lock_guard<std::mutex> elock(estimate_mu_);
+    auto it = estimates_.find(id);
+    if (it != estimates_.end()) job.expected_start = it->second;
+  }
+  return job;
+}
+
+std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
+                                                        const std::string& status,
+                                                        const std::string& tag, size_t limit,
+                                                        const std::string& after,
+                                                        const std::string& batch) const {
+  ReaderLock lock(state_mu_);
+  std::vector<Job> out;
+  bool started = after.empty();
+  std::string next;
+  const auto& order = jobs_.order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (!started) {
+      started = *it == after;
+      continue;
+    }
+    const Job& job = jobs_.At(*it).job;
+    if (!Visible(caller, job)) continue;
+    if (!batch.empty() && job.batch != batch) continue;
+    if (!status.empty() && status != api::JobStatusName(job.status)) continue;
+    if (!tag.empty() &&
+        std::find(job.spec.tags.begin(), job.spec.tags.end(), tag) == job.spec.tags.end()) {
+      continue;
+    }
+    if (out.size() == limit) {
+      next = out.back().id;
+      break;
+    }
+    out.push_back(job);
+  }
+  return {std::move(out), next};
+}
+
+// ------------------------------------------------------------------ batches
+
+Result<std::pair<BatchInfo, bool>> Core::SubmitBatch(const Caller& caller, const api::BatchSpec& spec,
+                                                     const std::string& idempotency_key) {
+  if (caller.scope != Scope::kUser && caller.scope != Scope::kAdmin) {
+    return Status::PermissionDenied("only users submit batches");
+  }
+  // Build every trial's spec before taking the core: a bad trial refuses
+  // the whole file and nothing is created.
+  std::vector<api::JobSpec> specs;
+  specs.reserve(spec.trials.size());
+  for (const auto& t : spec.trials) {
+    auto s = api::TrialJobSpec(spec, t);
+    if (!s.ok()) return s.status();
+    if (!s->code.empty() && code_checker_ && !code_checker_(caller.subject, s->code)) {
+      return NoCode("template.code");
+    }
+    specs.push_back(std::move(s).value());
+  }
+  std::string id;
+  bool created = false;
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (Replayed(caller, idempotency_key, &id)) {
+      if (!batches_.Has(id)) return Status::Conflict("Idempotency-Key was used for job " + id);
+      return Status::Ok();
+    }
+    auto made = batches_.Submit(caller.subject, spec, std::move(specs), batch);
+    if (!made.ok()) return made.status();
+    id = *made;
+    Remember(caller, idempotency_key, id, batch);
+    created = true;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  ReaderLock lock(state_mu_);
+  return std::make_pair(batches_.Info(id), created);
+}
+
+Result<BatchInfo> Core::CancelBatch(const Caller& caller, const std::string& id) {
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (!MayUseBatch(caller, id)) return Status::NotFound("no batch " + id);
+    batches_.Cancel(id, batch);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  ReaderLock lock(state_mu_);
+  return batches_.Info(id);
+}
+
+Result<BatchInfo> Core::GetBatch(const Caller& caller, const std::string& id) const {
+  ReaderLock lock(state_mu_);
+  if (!MayUseBatch(caller, id)) return Status::NotFound("no batch " + id);
+  return batches_.Info(id);
+}
+
+std::vector<BatchInfo> Core::ListBatches(const Caller& caller) const {
+  ReaderLock lock(state_mu_);
+  return batches_.List(caller.scope == Scope::kAdmin ? "" : caller.subject);
+}
+
+Result<std::vector<Job>> Core::BatchTrials(const Caller& caller, const std::string& id) const {
+  ReaderLock lock(state_mu_);
+  if (!MayUseBatch(caller, id)) return Status::NotFound("no batch " + id);
+  return batches_.Trials(id);
+}
+
+// ------------------------------------------------------------------ agents
+
+Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& caller,
+                                                               const api::RegisterRequest& req) {
+  // A node token names the node; a join token names the provider.
+  std::string node_id = caller.scope == Scope::kNode ? caller.subject : "";
+  std::string token;
+  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    if (caller.scope == Scope::kJoin) {
+      node_id = NewId("n-");
+      NodeEntry& fresh = jobs_.nodes()[node_id];
+      fresh.node.id = node_id;
+      fresh.node.owner = caller.subject;
+      token = NewToken("tide_n_");
+      store::TokenRow row{Sha256Hex(token), "node", node_id, clock_->NowMs()};
+      tokens_[row.hash] = row;
+      batch.tokens.push_back(row);
+    }
+    NodeEntry* n = jobs_.FindNode(node_id);
+    if (n == nullptr) return Status::NotFound("node " + node_id + " is unknown");
+    reconciler_.Register(*n, req);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::make_pair(node_id, token);
+}
+
+Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::Heartbeat& hb) {
+  api::AgentWork work;
+  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    return reconciler_.Heartbeat(node_id, hb, work);
+  });
+  if (!st.ok()) return st;
+  return work;
+}
+
+Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_ms) {
+  const int64_t deadline = clock_->MonotonicMs() + wait_ms;
+  while (true) {
+    const uint64_t seen = epoch();
+    api::AgentWork work;
+    {
+      ReaderLock lock(state_mu_);
+      const NodeEntry* n = jobs_.FindNode(node_id);
+      if (n == nullptr) return Status::NotFound("node " + node_id + " is unknown");
+      delivery_.Collect(jobs_, *n, work);
+    }
+    if (!work.assignments.empty() || !work.cancels.empty()) return work;
+    if (clock_->MonotonicMs() >= deadline) return work;
+    WaitChange(seen, deadline);
+  }
+}
+
+Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
+                      const api::JobEvent& ev) {
+  return Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    return reconciler_.JobEvent(node_id, job_id, ev);
+  });
+}
+
+Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
+                                int attempt, bool current_only) const {
+  ReaderLock lock(state_mu_);
+  return reconciler_.AgentRank(node_id, job_id, attempt, current_only);
+}
+
+Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
+                              int64_t bytes, const std::function<Status()>& commit) {
+  return Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    return reconciler_.Checkpoint(node_id, job_id, attempt, bytes, commit);
+  });
+}
+
+Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining, bool evict) {
+  api::Node out;
+  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+    auto node = reconciler_.Drain(id_or_name, draining, evict);
+    if (!node.ok()) return node.status();
+    out = *node;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+std::vector<NodeStatus> Core::ListNodes() const {
+  ReaderLock lock(state_mu_);
+  std::vector<NodeStatus> out;
+  for (const auto& [id, n] : jobs_.nodes()) out.push_back({n.node, n.leases, Reliability(n.history)});
+  return out;
+}
+
+SchedulerInput Core::SchedulerSnapshot() const {
+  ReaderLock lock(state_mu_);
+  return planner_.Snapshot(clock_->NowMs());
+}
+
+QueueSummary Core::Queue(const Caller& caller) const {
+  QueueSummary out;
+  std::map<std::string, QueueGroup> groups;
+  auto type_of = [](const api::JobSpec& spec) {
+    std::string t;
+    for (const auto& g : spec.resources.gpu_types) t += (t.empty() ? "" : "|") + g;
+    return t.empty() ? std::string("any") : t;
+  };
+  std::map<std::string, std::vector<int64_t>> waits;
+  std::set<std::string> counted;  // running jobs already counted
+  ReaderLock lock(state_mu_);
+  std::lock_guard<std::mutex> elock(estimate_mu_);
+  out.estimated_at = estimated_at_;
+  for (const auto& [id, n] : jobs_.nodes()) {
+    if (n.node.state != api::NodeState::kReady) continue;
+    out.total_gpus += static_cast<int>(n.node.gpus.size());
+    int used = 0;
+    for (const auto& [job_id, gpus] : n.leases) used += static_cast<int>(gpus.size());
+    if (!n.node.draining) out.free_gpus += static_cast<int>(n.node.gpus.size()) - used;
+    for (const auto& [job_id, gpus] : n.leases) {
+      const Job& job = jobs_.At(job_id).job;
+      QueueGroup& g = groups[type_of(job.spec)];
+      if (counted.insert(job_id).second) ++g.running_jobs;  // a gang counts once
+      g.running_gpus += static_cast<int>(gpus.size());
+    }
+  }
+  const int64_t now = clock_->NowMs();
+  for (const auto& [order, id] : jobs_.queued()) {
+    const Job& job = jobs_.At(id).job;
+    std::string type = type_of(job.spec);
+    QueueGroup& g = groups[type];
+    ++g.pending_jobs;
+    int gpus = job.spec.resources.gpu_count * job.spec.resources.nodes;
+    g.pending_gpus += gpus;
+    auto e = estimates_.find(id);
+    int64_t start = e == estimates_.end() ? 0 : e->second;
+    if (start > 0) waits[type].push_back(std::max<int64_t>(0, start - now));
+    if (Visible(caller, job)) out.jobs.push_back({id, job.spec.name, type, gpus, job.pending_reason, start});
+  }
+  for (auto& [type, g] : groups) {
+    g.gpu_type = type;
+    auto& w = waits[type];
+    if (!w.empty()) {
+      std::sort(w.begin(), w.end());
+      g.expected_wait_ms = w[w.size() / 2];
+    }
+    out.groups.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace tide::server

@@ -1,0 +1,64 @@
+// Reconciler: what the agents say against what the server leased them.
+// Registrations, heartbeats (what an agent runs, against its leases),
+// silent nodes (lost after the node timeout), job events (a job or one
+// rank of a gang running or exited), checkpoints, and drains.
+//
+// Not thread-safe on its own: the core's state lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "api/types.h"
+#include "common/clock.h"
+#include "server/job_state.h"
+
+namespace tide::server {
+
+struct ReconcilerOptions {
+  int64_t node_timeout_ms = 10'000;
+  // A job whose agent stops reporting it for this long after it started is
+  // considered lost by the agent and is requeued.
+  int64_t report_grace_ms = 10'000;
+};
+
+class Reconciler {
+ public:
+  Reconciler(Clock* clock, JobState* jobs, Delivery* delivery, ReconcilerOptions options)
+      : clock_(clock), jobs_(jobs), delivery_(delivery), options_(options) {}
+
+  // A node (re)registers: its GPUs, labels, images and host resources.
+  void Register(NodeEntry& n, const api::RegisterRequest& req);
+  // Telemetry, and what the agent runs against its leases: stop orders for
+  // what it should not run, requeues for what it lost.
+  Status Heartbeat(const std::string& node_id, const api::Heartbeat& hb, api::AgentWork& work);
+  // Nodes silent for the node timeout are lost; their jobs are requeued.
+  void LoseSilentNodes();
+  // The job (or the rank on `node_id`) reports `ev`.
+  Status JobEvent(const std::string& node_id, const std::string& job_id, const api::JobEvent& ev);
+  // Attempt `attempt` of `job_id` uploaded a checkpoint of `bytes`: if the
+  // attempt is still the node's, `commit` puts it in place and the job
+  // records it.
+  Status Checkpoint(const std::string& node_id, const std::string& job_id, int attempt,
+                    int64_t bytes, const std::function<Status()>& commit);
+  // The rank `node_id` runs (or ran, for `attempt`) of `job_id`; see
+  // Core::CheckAgentJob.
+  Result<int> AgentRank(const std::string& node_id, const std::string& job_id, int attempt,
+                        bool current_only) const;
+  // Draining: the node takes no new jobs; with `evict` its jobs get the
+  // notice (node_draining) and are requeued.
+  Result<api::Node> Drain(const std::string& id_or_name, bool draining, bool evict);
+
+ private:
+  // Whether the lease of `node_id` holds `attempt` of the job.
+  bool Leased(const std::string& node_id, const JobEntry& e, int attempt) const;
+
+  Clock* clock_;
+  JobState* jobs_;
+  Delivery* delivery_;
+  ReconcilerOptions options_;
+};
+
+}  // namespace tide::server
