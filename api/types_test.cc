@@ -626,6 +626,27 @@ TEST(AgentProtocol, RoundTrips) {
   }
   EXPECT_EQ(RegisterRequestFromJson(J(R"({"name": "x", "runtime": "docker"})")).status().field(),
             "runtime");
+  // What of the host jobs may use.
+  reg.cpus = 15.5;
+  reg.memory_mb = 65'536;
+  auto host = RegisterRequestFromJson(ToJson(reg));
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_EQ(host->cpus, 15.5);
+  EXPECT_EQ(host->memory_mb, 65'536);
+  for (const char* bad : {R"({"name": "x", "cpus": -1})", R"({"name": "x", "cpus": 100000})",
+                          R"({"name": "x", "cpus": "8"})"}) {
+    EXPECT_EQ(RegisterRequestFromJson(J(bad)).status().field(), "cpus") << bad;
+  }
+  for (const char* bad : {R"({"name": "x", "memory_mb": -5})", R"({"name": "x", "memory_mb": 1.5})"}) {
+    EXPECT_EQ(RegisterRequestFromJson(J(bad)).status().field(), "memory_mb") << bad;
+  }
+  Node node;
+  node.cpus = 8;
+  node.memory_mb = 1024;
+  auto n = NodeFromJson(ToJson(node));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->cpus, 8);
+  EXPECT_EQ(n->memory_mb, 1024);
 
   Heartbeat hb;
   hb.gpus = {g};

@@ -27,6 +27,9 @@ class TIDE_CAPABILITY("mutex") SharedMutex {
   void unlock() TIDE_RELEASE() { mu_.unlock(); }
   void lock_shared() TIDE_ACQUIRE_SHARED() { mu_.lock_shared(); }
   void unlock_shared() TIDE_RELEASE_SHARED() { mu_.unlock_shared(); }
+  // Tells the analysis that the caller holds it exclusively, where that is
+  // so by construction (a closure the core thread runs under the lock).
+  void AssertHeld() const TIDE_ASSERT_CAPABILITY(this) {}
 
  private:
   std::shared_mutex mu_;

@@ -21,5 +21,7 @@
 #define TIDE_RELEASE(...) TIDE_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define TIDE_RELEASE_SHARED(...) TIDE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TIDE_RELEASE_GENERIC(...) TIDE_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
+#define TIDE_ASSERT_CAPABILITY(x) TIDE_THREAD_ANNOTATION(assert_capability(x))
+#define TIDE_ASSERT_SHARED_CAPABILITY(x) TIDE_THREAD_ANNOTATION(assert_shared_capability(x))
 #define TIDE_EXCLUDES(...) TIDE_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define TIDE_NO_THREAD_SAFETY_ANALYSIS TIDE_THREAD_ANNOTATION(no_thread_safety_analysis)

@@ -29,11 +29,12 @@ char Decode(char c) {
 }
 }  // namespace
 
-std::string NewCardCode() {
-  std::string hex = RandomHex(kPayload);  // one byte per character, 5 bits used
+std::string CardCodeFrom(std::string_view hex) {
+  static_assert(kPayload == kCardRandomBytes);
+  if (hex.size() < 2 * kPayload) return "";
   std::string payload;
   for (size_t i = 0; i < kPayload; ++i) {
-    int byte = std::stoi(hex.substr(2 * i, 2), nullptr, 16);
+    int byte = std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16);
     payload += kAlphabet[byte & 31];
   }
   std::string code = payload + CheckChars(payload);

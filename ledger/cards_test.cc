@@ -4,8 +4,12 @@
 
 #include <set>
 
+#include "common/token.h"
+
 namespace tide::ledger {
 namespace {
+
+std::string NewCardCode() { return CardCodeFrom(RandomHex(kCardRandomBytes)); }
 
 TEST(Cards, CodesAreRandomTypableAndChecked) {
   std::set<std::string> seen;

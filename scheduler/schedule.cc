@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "common/hash.h"
 #include "scheduler/feasibility.h"
 #include "scheduler/rank.h"
 
@@ -55,11 +56,7 @@ namespace {
 
 constexpr int64_t kNever = INT64_MAX;
 
-uint64_t Fnv(uint64_t seed, const std::string& s) {
-  uint64_t h = 1469598103934665603ull ^ seed;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t Fnv(uint64_t seed, const std::string& s) { return Fnv1a(seed, s); }
 
 // Something that holds GPUs on a node: a running job or one placed in this
 // pass.

@@ -388,6 +388,29 @@ TEST(Preemption, OnDemandStopsTheFewestSpotJobs) {
   EXPECT_EQ(plan.preemptions[0].victim_id, "spot-b");
 }
 
+TEST(Preemption, AcrossNodesTheBetterVictimWinsOverTheBetterNode) {
+  // Two nodes, one spot job on each; the node placement prefers (the
+  // cheaper) holds the job that checkpointed long ago.
+  std::vector<NodeView> nodes = {Node("cheap", 1), Node("dear", 1)};
+  nodes[1].price = 2'000'000;
+  std::vector<RunningJob> running;
+  auto run = [&](const std::string& id, size_t node, int64_t checkpoint) {
+    Use(nodes[node], {0});
+    RunningJob r;
+    r.id = id;
+    r.tier = Tier::kSpot;
+    r.allocs = {{nodes[node].id, {0}}};
+    r.last_checkpoint = checkpoint;
+    running.push_back(r);
+  };
+  run("old-ckpt", 0, 10);
+  run("new-ckpt", 1, 90);
+  std::vector<PendingJob> q = {Job("urgent", 1)};
+  Plan plan = Schedule({nodes, q, running});
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].victim_id, "new-ckpt") << "it loses least by stopping";
+}
+
 TEST(Preemption, NeverForSpotAndNeverOnDemandVictims) {
   PreemptCase c;
   c.Run("od", {0, 1, 2, 3}, Tier::kOnDemand);

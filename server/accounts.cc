@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/token.h"
 #include "ledger/cards.h"
 
 namespace tide::server {
@@ -47,6 +48,8 @@ std::vector<Piece> Pieces(const api::Attempt& a) {
 }
 
 }  // namespace
+
+std::string NewCardCode() { return ledger::CardCodeFrom(RandomHex(ledger::kCardRandomBytes)); }
 
 // ------------------------------------------------------------------ ledger plumbing
 

@@ -67,6 +67,9 @@ struct JobMoney {
   ledger::Micros escrow = 0;  // still held
 };
 
+// A fresh compute card code, from the CSPRNG.
+std::string NewCardCode();
+
 class Accounts {
  public:
   Accounts(Clock* clock, ledger::Micros default_job_cap)

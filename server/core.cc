@@ -75,7 +75,8 @@ Status Core::Recover() {
 
 Result<std::string> Core::EnsureAdminToken() {
   std::string token;
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     for (auto& [hash, row] : tokens_) {
       if (row.kind == "admin") return Status::Ok();
     }
@@ -183,8 +184,9 @@ void Core::Tick() {
   const int64_t now_mono = clock_->MonotonicMs();
   if (now_mono - last_meter_mono_ >= options_.meter_interval_ms) {
     last_meter_mono_ = now_mono;
+    const Batches* batches = &batches_;  // the callback runs here, under the lock
     for (const std::string& id : accounts_.MeterAll(
-             jobs_, [&](const std::string& batch) { return batches_.HasBudget(batch); })) {
+             jobs_, [&](const std::string& batch) { return batches->HasBudget(batch); })) {
       jobs_.Cancel(jobs_.At(id), "budget_exceeded");
     }
   }

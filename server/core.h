@@ -268,9 +268,11 @@ class Core : private JobState::Listener {
                 store::WriteBatch& batch) TIDE_REQUIRES(state_mu_);
 
   // JobState::Listener: how the rooms follow a job's changes.
-  void AttemptEnding(JobEntry& e, int64_t now) override;
-  void AttemptEnded(const JobEntry& e, const api::Attempt& a, int64_t now) override;
-  void StatusChanged(JobEntry& e, api::JobStatus from) override;
+  // JobState calls them inside transitions, which run under the lock.
+  void AttemptEnding(JobEntry& e, int64_t now) override TIDE_REQUIRES(state_mu_);
+  void AttemptEnded(const JobEntry& e, const api::Attempt& a, int64_t now) override
+      TIDE_REQUIRES(state_mu_);
+  void StatusChanged(JobEntry& e, api::JobStatus from) override TIDE_REQUIRES(state_mu_);
 
   store::Store* store_;
   Clock* clock_;

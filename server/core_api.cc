@@ -70,7 +70,8 @@ void Core::Remember(const Caller& caller, const std::string& key, const std::str
 Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& name) {
   UserInfo user;
   std::string token = NewToken("tide_u_");
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (user_names_.count(name)) return Status::Conflict("user \"" + name + "\" already exists");
     user = UserInfo{NewId("u-"), name, clock_->NowMs()};
     users_[user.id] = user;
@@ -95,7 +96,8 @@ Result<std::string> Core::FindUser(const std::string& id_or_name) const {
 
 Result<std::string> Core::CreateJoinToken(const std::string& provider) {
   std::string token = NewToken("tide_j_");
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!provider.empty() && !users_.count(provider)) return Status::NotFound("no user " + provider);
     store::TokenRow row{Sha256Hex(token), "join", provider, clock_->NowMs()};
     tokens_[row.hash] = row;
@@ -115,7 +117,8 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
   }
   Job out;
   bool created = false;
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (std::string earlier; Replayed(caller, idempotency_key, &earlier)) {
       const JobEntry* e = jobs_.Find(earlier);
       if (e == nullptr) return Status::Conflict("Idempotency-Key was used for batch " + earlier);
@@ -169,7 +172,8 @@ Result<std::pair<Job, bool>> Core::SubmitJob(const Caller& caller, api::JobSpec 
 
 Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
   Job out;
-  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch&) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     JobEntry* e = jobs_.Find(id);
     if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
     if (!api::IsTerminal(e->job.status) && !e->job.cancel_requested) jobs_.Cancel(*e, "cancelled");
@@ -246,7 +250,8 @@ Result<std::pair<BatchInfo, bool>> Core::SubmitBatch(const Caller& caller, const
   }
   std::string id;
   bool created = false;
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (Replayed(caller, idempotency_key, &id)) {
       if (!batches_.Has(id)) return Status::Conflict("Idempotency-Key was used for job " + id);
       return Status::Ok();
@@ -264,7 +269,8 @@ Result<std::pair<BatchInfo, bool>> Core::SubmitBatch(const Caller& caller, const
 }
 
 Result<BatchInfo> Core::CancelBatch(const Caller& caller, const std::string& id) {
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!MayUseBatch(caller, id)) return Status::NotFound("no batch " + id);
     batches_.Cancel(id, batch);
     return Status::Ok();
@@ -298,7 +304,8 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
   // A node token names the node; a join token names the provider.
   std::string node_id = caller.scope == Scope::kNode ? caller.subject : "";
   std::string token;
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (caller.scope == Scope::kJoin) {
       node_id = NewId("n-");
       NodeEntry& fresh = jobs_.nodes()[node_id];
@@ -320,7 +327,8 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
 
 Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::Heartbeat& hb) {
   api::AgentWork work;
-  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch&) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     return reconciler_.Heartbeat(node_id, hb, work);
   });
   if (!st.ok()) return st;
@@ -346,7 +354,8 @@ Result<api::AgentWork> Core::PollWork(const std::string& node_id, int64_t wait_m
 
 Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
                       const api::JobEvent& ev) {
-  return Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  return Run([&](store::WriteBatch&) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     return reconciler_.JobEvent(node_id, job_id, ev);
   });
 }
@@ -359,14 +368,16 @@ Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& j
 
 Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job_id, int attempt,
                               int64_t bytes, const std::function<Status()>& commit) {
-  return Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  return Run([&](store::WriteBatch&) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     return reconciler_.Checkpoint(node_id, job_id, attempt, bytes, commit);
   });
 }
 
 Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining, bool evict) {
   api::Node out;
-  Status st = Run([&](store::WriteBatch&) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch&) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     auto node = reconciler_.Drain(id_or_name, draining, evict);
     if (!node.ok()) return node.status();
     out = *node;

@@ -17,7 +17,8 @@ using ledger::Micros;
 
 Result<Micros> Core::Redeem(const Caller& caller, const std::string& code) {
   Micros value = 0;
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     auto v = accounts_.Redeem(caller.subject, code, batch);
     if (!v.ok()) return v.status();
     value = *v;
@@ -31,8 +32,9 @@ Result<std::vector<std::string>> Core::MintCards(int count, Micros value, int64_
   if (count < 1 || count > 10'000) return Status::InvalidArgument("must be 1 to 10000", "count");
   if (value <= 0) return Status::InvalidArgument("must be positive", "value");
   std::vector<std::string> codes;
-  for (int i = 0; i < count; ++i) codes.push_back(ledger::NewCardCode());
-  Status st = Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  for (int i = 0; i < count; ++i) codes.push_back(NewCardCode());
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     return accounts_.Mint(codes, value, expires_at, batch);
   });
   if (!st.ok()) return st;
@@ -40,7 +42,8 @@ Result<std::vector<std::string>> Core::MintCards(int count, Micros value, int64_
 }
 
 Status Core::SetPrices(const ledger::PriceList& prices) {
-  return Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     accounts_.SetPrices(prices, batch);  // node prices change: a full pass follows
     return Status::Ok();
   });
@@ -52,7 +55,8 @@ ledger::PriceList Core::Prices() const {
 }
 
 Status Core::SetDailyCap(const std::string& user_id, Micros cap) {
-  return Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!users_.count(user_id)) return Status::NotFound("no user " + user_id);
     accounts_.SetDailyCap(user_id, cap, batch);
     return Status::Ok();
@@ -68,7 +72,8 @@ Status Core::SetWeight(const std::string& user_id, double weight) {
   if (!(weight > 0 && weight <= 1000)) {
     return Status::InvalidArgument("must be above 0 and at most 1000", "weight");
   }
-  return Run([&](store::WriteBatch& batch) TIDE_NO_THREAD_SAFETY_ANALYSIS {
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!users_.count(user_id)) return Status::NotFound("no user " + user_id);
     planner_.SetWeight(user_id, weight);
     char text[32];

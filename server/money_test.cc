@@ -77,7 +77,7 @@ TEST_F(MoneyTest, CardsRedeemOnceAndRefuseWhatIsNotACard) {
   typo[7] = typo[7] == 'Z' ? 'Y' : 'Z';
   auto bad = core_->Redeem(bob, typo);
   EXPECT_EQ(bad.status().field(), "code");
-  EXPECT_TRUE(core_->Redeem(bob, ledger::NewCardCode()).status().IsNotFound());
+  EXPECT_TRUE(core_->Redeem(bob, NewCardCode()).status().IsNotFound());
   EXPECT_EQ(core_->Balance(bob).available, 0);
   // A bearer code: bob may redeem the second card.
   EXPECT_TRUE(core_->Redeem(bob, codes->at(1)).ok());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "common/hash.h"
 #include "scheduler/schedule.h"
 
 namespace tide::server {
@@ -13,12 +14,6 @@ using api::Job;
 using api::JobStatus;
 
 namespace {
-
-uint32_t Fnv(const std::string& s) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : s) h = (h ^ c) * 16777619u;
-  return h;
-}
 
 sched::Tier TierOf(const api::JobSpec& spec) {
   return spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
@@ -330,7 +325,7 @@ int PlanApplier::MasterPort(const std::string& node_id, const std::string& job_i
     const api::Attempt* a = CurrentAttempt(jobs_->At(other).job);
     if (a != nullptr && !a->ranks.empty() && a->node_id == node_id) used.insert(a->master_port);
   }
-  int offset = static_cast<int>(Fnv(job_id + "#" + std::to_string(attempt)) % kMasterPorts);
+  int offset = static_cast<int>(Fnv1a(0, job_id + "#" + std::to_string(attempt)) % kMasterPorts);
   for (int i = 0; i < kMasterPorts; ++i) {
     int port = kMasterPortBase + (offset + i) % kMasterPorts;
     if (!used.count(port)) return port;

@@ -135,6 +135,36 @@ TEST_F(SchedulingTest, DrainedNodeTakesNoNewJobs) {
   EXPECT_EQ(WaitTerminal(*client_, id).status, api::JobStatus::kCompleted);
 }
 
+TEST_F(SchedulingTest, JobsArePlacedAgainstWhatTheHostOffers) {
+  cluster_.StartAgent("small", "1xRTX4090:24GB", {"--cpus", "2", "--memory", "1GB"});
+  auto nodes = client_->Call("GET", "/v1/nodes/small");
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  EXPECT_EQ((*nodes)["cpus"], 2);
+  EXPECT_EQ((*nodes)["memory_mb"], 1024);
+  EXPECT_EQ((*nodes)["reliability"], 1.0);
+  // More memory than "small" offers: it runs on eu1 (the whole host).
+  std::string big = Submit({{"name", "big"},
+                            {"resources", {{"memory", "2GB"}, {"gpu_count", 1}}},
+                            {"command", "true"}});
+  api::Job ran = WaitTerminal(*client_, big);
+  EXPECT_EQ(ran.status, api::JobStatus::kCompleted) << ran.reason;
+  EXPECT_NE(ran.node_id, (*nodes)["id"].get<std::string>());
+  std::string many = Submit({{"name", "many-cpus"}, {"resources", {{"cpus", 4096}}}, {"command", "true"}});
+  auto waiting = client_->GetJob(many);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->status, api::JobStatus::kQueued);
+  EXPECT_NE(waiting->pending_reason.find("room for 4096.0 CPUs"), std::string::npos)
+      << waiting->pending_reason;
+  ASSERT_TRUE(client_->Call("POST", "/v1/jobs/" + many + "/cancel").ok());
+  // Bad values are refused naming the flag.
+  CliResult bad = cluster_.Cli({"agent", "--memory", "lots", "--join-token", "x"}, "");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--memory"), std::string::npos) << bad.err;
+  bad = cluster_.Cli({"agent", "--cpus", "-2", "--join-token", "x"}, "");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--cpus"), std::string::npos) << bad.err;
+}
+
 TEST_F(SchedulingTest, QueueShowsWaitsAndExpectedStarts) {
   std::string busy = Submit({{"name", "busy"},
                              {"max_runtime", "40s"},
