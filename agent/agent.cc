@@ -7,7 +7,8 @@
 //   poll thread      long-polls /v1/agent/assignments?wait=25 and starts a
 //                    JobRunner per new (job_id, attempt)
 //   JobRunner        two threads per attempt (see job_runner.h)
-// Each thread has its own api::Client (the client is not thread-safe).
+// Every thread talks to the server through one ServerLink (server_link.h):
+// HTTP to --server, or the link the host process passed in.
 //
 // Deduplication: the server may deliver the same (job_id, attempt) again
 // (after its restart, or on both the poll and a heartbeat). An attempt that
@@ -35,12 +36,12 @@
 
 #include "agent/gpu/fake_gpu_source.h"
 #include "agent/gpu/nvml_gpu_source.h"
+#include "agent/http_server_link.h"
 #include "agent/job_runner.h"
 #include "agent/node_identity.h"
 #include "agent/runtime/oci.h"
 #include "agent/runtime/process_runtime.h"
 #include "agent/runtime/sandbox.h"
-#include "api/client.h"
 #include "common/log.h"
 
 namespace tide::agent {
@@ -117,6 +118,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   AgentOptions options_;
   std::string data_dir_;  // absolute
   std::string name_;
+  std::unique_ptr<HttpServerLink> http_;  // without options_.server_link
+  ServerLink* server_ = nullptr;          // the one in use
   std::unique_ptr<GpuSource> gpu_source_;  // used by the heartbeat thread once running
   std::vector<api::Gpu> gpus_;
   NodeIdentity identity_;
@@ -211,7 +214,16 @@ Status Agent::Setup(SignalWatcher* signals) {
                       ? options_.memory_mb
                       : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) /
                             (1024 * 1024);
+  if (options_.server_link != nullptr) {
+    server_ = options_.server_link;
+  } else {
+    auto http = HttpServerLink::Create(options_.server);
+    if (!http.ok()) return http.status().WithContext("--server");
+    http_ = std::move(*http);
+    server_ = http_.get();
+  }
   RegisterOptions ro;
+  ro.link = server_;
   ro.server = options_.server;
   ro.data_dir = data_dir_;
   ro.join_token = options_.join_token;
@@ -219,6 +231,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   auto identity = Register(ro, req);
   if (!identity.ok()) return identity.status();
   identity_ = std::move(*identity);
+  server_->set_node_token(identity_.node_token);
   return Status::Ok();
 }
 
@@ -439,8 +452,7 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
                                          std::to_string(a.gang.nnodes)
                                    : std::string());
     RunnerDeps deps;
-    deps.server = options_.server;
-    deps.node_token = identity_.node_token;
+    deps.server = server_;
     deps.data_dir = data_dir_;
     deps.runtime = runtime_;
     deps.images = images_;
@@ -455,11 +467,6 @@ void Agent::HandleWork(const api::AgentWork& work, const char* from) {
 }
 
 void Agent::HeartbeatLoop() {
-  auto client = api::Client::Create(options_.server, identity_.node_token);
-  if (!client.ok()) {
-    spdlog::error("heartbeat: {}", client.status().ToString());
-    return;
-  }
   bool failing = false;
   for (;;) {
     api::Heartbeat hb;
@@ -474,7 +481,7 @@ void Agent::HeartbeatLoop() {
     }
     auto sample = gpu_source_->Sample(busy);
     hb.gpus = sample.ok() ? std::move(*sample) : gpus_;
-    auto work = (*client)->Heartbeat(hb);
+    auto work = server_->Heartbeat(hb);
     if (work.ok()) {
       if (failing) spdlog::info("heartbeat: server reachable again");
       failing = false;
@@ -495,11 +502,6 @@ void Agent::HeartbeatLoop() {
 }
 
 void Agent::PollLoop() {
-  auto client = api::Client::Create(options_.server, identity_.node_token);
-  if (!client.ok()) {
-    spdlog::error("poll: {}", client.status().ToString());
-    return;
-  }
   int64_t backoff_ms = 250;
   bool failing = false;
   auto stopping = [this] {
@@ -507,7 +509,7 @@ void Agent::PollLoop() {
     return stopping_;
   };
   while (!stopping() && !revoked_) {
-    auto work = (*client)->PollWork(kPollWaitS);
+    auto work = server_->PollWork(kPollWaitS);
     if (stopping()) break;
     if (work.ok()) {
       if (failing) spdlog::info("poll: server reachable again");

@@ -9,6 +9,8 @@
 
 namespace tide::agent {
 
+class ServerLink;
+
 struct AgentOptions {
   std::string server = "http://127.0.0.1:7460";
   std::string join_token;  // needed the first time; then DATA_DIR/node.token is used
@@ -51,6 +53,12 @@ struct AgentOptions {
   std::string uid_lock_dir = "/run/tide/job-uids";   // claims shared by agents of a host
   std::string gpu_dev_root = "/dev";               // where /dev/nvidia* are
   std::string log_level = "info";
+
+  // Talks to the server through this link instead of HTTP to `server`
+  // (tests: testing/fake_server.h). Not owned. The agent's detached poll
+  // thread may still be inside PollWork when RunAgent returns: the link
+  // must outlive that call.
+  ServerLink* server_link = nullptr;
 
   // When the agent runs inside another process (`tide dev`, tests): the agent
   // stops, like on SIGTERM, once *stop becomes true. Not owned.

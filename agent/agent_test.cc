@@ -1,5 +1,7 @@
-// The whole agent (RunAgent) against FakeAgentServer over real HTTP, with
-// real processes: the life of a job as the server sees it.
+// The whole agent (RunAgent) against FakeServer, with real processes: the
+// life of a job as the server sees it. AgentOverHttpTest runs a few of the
+// same tests through FakeAgentServer over real HTTP, where the wire (the
+// requests, statuses and error bodies) is what is tested.
 #include "agent/agent.h"
 
 #include <gtest/gtest.h>
@@ -10,9 +12,9 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/job_runner.h"
 #include "agent/runtime/process_tree.h"
 #include "agent/testing/fake_agent_server.h"
+#include "agent/testing/fake_server.h"
 #include "common/archive.h"
 #include "common/paths.h"
 
@@ -21,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FakeAgentServer;
+using testing::FakeServer;
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -34,7 +37,7 @@ class AgentTest : public ::testing::Test {
       options_.runtime = "process";  // the sandbox needs root
       options_.insecure_process_runtime = true;
     }
-    options_.server = server_.url();
+    options_.server_link = &server_;
     options_.join_token = testing::kJoinToken;
     options_.data_dir = dir_ + "/agent";
     options_.name = "test-node";
@@ -55,7 +58,7 @@ class AgentTest : public ::testing::Test {
     exit_code_ = -1;
     int before = server_.heartbeats();
     agent_ = std::thread([this] { exit_code_ = RunAgent(options_); });
-    ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return server_.heartbeats() > before; }));
+    ASSERT_TRUE(FakeServer::WaitFor([&] { return server_.heartbeats() > before; }));
   }
   int StopAgent() {
     if (agent_.joinable()) {
@@ -79,7 +82,7 @@ class AgentTest : public ::testing::Test {
   }
 
   bool WaitExited(const std::string& job_id, int timeout_ms = 15'000) {
-    return FakeAgentServer::WaitFor(
+    return FakeServer::WaitFor(
         [&] {
           for (const auto& e : server_.Events(job_id)) {
             if (e.state == "exited") return true;
@@ -114,7 +117,15 @@ class AgentTest : public ::testing::Test {
     return n;
   }
 
-  FakeAgentServer server_;
+  // Tests that run both in-process and over HTTP.
+  void RunsAJobAndReportsEverything();
+  void LogGapStopsTheLogNotTheJob();
+  void RejectedJobIsKilled();
+  void CodeArchiveIsUnpackedIntoWorkDir();
+  void RestartReusesTheNodeToken();
+  void RevokedTokenStopsTheAgent();
+
+  FakeServer server_;
   std::string dir_;
   AgentOptions options_;
   std::atomic<bool> stop_{false};
@@ -122,37 +133,18 @@ class AgentTest : public ::testing::Test {
   std::atomic<int> exit_code_{-1};
 };
 
-TEST(BuildJobEnv, SaysWhereTheNodeIsInTheJob) {
-  api::Job job;
-  job.id = "j-1";
-  job.attempt = 2;
-  job.gpus = {1, 3};
-  job.spec.env = {{"WORLD_SIZE", "7"}, {"MINE", "x"}};
-  std::vector<api::Gpu> gpus(4);
-  for (int i = 0; i < 4; ++i) {
-    gpus[i].index = i;
-    gpus[i].uuid = "GPU-" + std::to_string(i);
+class AgentOverHttpTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    AgentTest::SetUp();
+    options_.server_link = nullptr;
+    options_.server = http_.url();
   }
-  JobPaths paths = PathsFor("/d", job.id, job.attempt);
-  auto single = BuildJobEnv(job, {}, paths, gpus);
-  EXPECT_EQ(single["CUDA_VISIBLE_DEVICES"], "1,3");
-  EXPECT_EQ(single["TIDE_GPU_UUIDS"], "GPU-1,GPU-3");
-  EXPECT_EQ(single["TIDE_NODE_RANK"], "0");
-  EXPECT_EQ(single["TIDE_NNODES"], "1");
-  EXPECT_EQ(single["WORLD_SIZE"], "7");  // single-node: the spec's own, if any
-  EXPECT_EQ(single["MINE"], "x");
-  EXPECT_EQ(single.count("MASTER_ADDR"), 0u);
 
-  auto rank = BuildJobEnv(job, {2, 4, "10.0.0.5", 29517}, paths, gpus);
-  EXPECT_EQ(rank["TIDE_NODE_RANK"], "2");
-  EXPECT_EQ(rank["TIDE_NNODES"], "4");
-  EXPECT_EQ(rank["TIDE_GPUS_PER_NODE"], "2");
-  EXPECT_EQ(rank["WORLD_SIZE"], "8");  // a gang: Tide's, the rendezvous's truth
-  EXPECT_EQ(rank["MASTER_ADDR"], "10.0.0.5");
-  EXPECT_EQ(rank["MASTER_PORT"], "29517");
-}
+  FakeAgentServer http_{&server_};
+};
 
-TEST_F(AgentTest, RunsAJobAndReportsEverything) {
+void AgentTest::RunsAJobAndReportsEverything() {
   StartAgent();
   // The node registered with its fake GPUs and heartbeats telemetry.
   api::Heartbeat hb = server_.LastHeartbeat();
@@ -178,8 +170,8 @@ TEST_F(AgentTest, RunsAJobAndReportsEverything) {
                          {1});
   job.spec.env = {{"MY_VAR", "x"}, {"TIDE_JOB_ID", "spoofed"}};
   server_.Assign(job);
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return InRunningList("j-ok"); }));
-  ASSERT_TRUE(FakeAgentServer::WaitFor(
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return InRunningList("j-ok"); }));
+  ASSERT_TRUE(FakeServer::WaitFor(
       [&] { return server_.LastHeartbeat().gpus[1].utilization_pct == 90; }));
   ASSERT_TRUE(WaitExited("j-ok"));
 
@@ -209,12 +201,15 @@ TEST_F(AgentTest, RunsAJobAndReportsEverything) {
   EXPECT_NE(env.find("TIDE_GPU_UUIDS=GPU-"), std::string::npos);
 
   // Reported: it leaves the running list; a re-delivery is ignored.
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return !InRunningList("j-ok"); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return !InRunningList("j-ok"); }));
   server_.Assign(job);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(server_.Events("j-ok").size(), 2u);
   EXPECT_EQ(StopAgent(), 0);
 }
+
+TEST_F(AgentTest, RunsAJobAndReportsEverything) { RunsAJobAndReportsEverything(); }
+TEST_F(AgentOverHttpTest, RunsAJobAndReportsEverything) { RunsAJobAndReportsEverything(); }
 
 TEST_F(AgentTest, CancelGivesNoticeThenKillsTheTree) {
   StartAgent();
@@ -224,7 +219,7 @@ TEST_F(AgentTest, CancelGivesNoticeThenKillsTheTree) {
     echo ready
     while :; do sleep 0.05; done)");
   server_.Assign(job);
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return server_.Log("j-cancel", 1) == "ready\n"; }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return server_.Log("j-cancel", 1) == "ready\n"; }));
   EXPECT_GE(TaggedProcesses("j-cancel"), 2);  // sh, the setsid sleep (and the loop's sleep)
   server_.Cancel({"j-cancel", 1, "cancelled", 5});
   ASSERT_TRUE(WaitExited("j-cancel"));
@@ -287,7 +282,7 @@ TEST_F(AgentTest, LogsSurviveServerOutagesWithoutLossOrDuplication) {
       i=$((i+1)); sleep 0.05
     done)");
   server_.Assign(job);
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return !server_.Log("j-logs", 1).empty(); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return !server_.Log("j-logs", 1).empty(); }));
   server_.SetDown(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   server_.SetDown(false);
@@ -306,10 +301,10 @@ TEST_F(AgentTest, LogsSurviveServerOutagesWithoutLossOrDuplication) {
   EXPECT_GT(server_.log_posts(), 3);
 }
 
-TEST_F(AgentTest, LogGapStopsTheLogNotTheJob) {
+void AgentTest::LogGapStopsTheLogNotTheJob() {
   StartAgent();
   server_.Assign(MakeJob("j-gap", "echo one; sleep 0.6; echo two; sleep 0.3; exit 0"));
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return server_.Log("j-gap", 1) == "one\n"; }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return server_.Log("j-gap", 1) == "one\n"; }));
   server_.LoseLog("j-gap", 1);  // the next post (offset 4) is a gap: 409
   ASSERT_TRUE(WaitExited("j-gap"));
   EXPECT_EQ(Exited("j-gap").exit_code, 0);
@@ -317,19 +312,25 @@ TEST_F(AgentTest, LogGapStopsTheLogNotTheJob) {
   EXPECT_EQ(server_.Log("j-gap", 1), "");
 }
 
-TEST_F(AgentTest, RejectedJobIsKilled) {
+TEST_F(AgentTest, LogGapStopsTheLogNotTheJob) { LogGapStopsTheLogNotTheJob(); }
+TEST_F(AgentOverHttpTest, LogGapStopsTheLogNotTheJob) { LogGapStopsTheLogNotTheJob(); }
+
+void AgentTest::RejectedJobIsKilled() {
   StartAgent();
   server_.Assign(MakeJob("j-gone", "while :; do echo tick; sleep 0.1; done"));
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return InRunningList("j-gone"); }));
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return !server_.Log("j-gone", 1).empty(); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return InRunningList("j-gone"); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return !server_.Log("j-gone", 1).empty(); }));
   server_.RejectJob("j-gone");                     // the next log post gets a 404
   server_.Cancel({"j-other", 1, "cancelled", 0});  // an order for an unknown job: ignored
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return !InRunningList("j-gone"); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return !InRunningList("j-gone"); }));
   EXPECT_EQ(TaggedProcesses("j-gone"), 0);
   EXPECT_FALSE(WaitExited("j-gone", 200));  // the server refused the report
 }
 
-TEST_F(AgentTest, CodeArchiveIsUnpackedIntoWorkDir) {
+TEST_F(AgentTest, RejectedJobIsKilled) { RejectedJobIsKilled(); }
+TEST_F(AgentOverHttpTest, RejectedJobIsKilled) { RejectedJobIsKilled(); }
+
+void AgentTest::CodeArchiveIsUnpackedIntoWorkDir() {
   fs::create_directories(dir_ + "/code/pkg");
   std::ofstream(dir_ + "/code/run.sh") << "#!/bin/sh\ncat pkg/data.txt\n";
   std::ofstream(dir_ + "/code/pkg/data.txt") << "from the archive\n";
@@ -347,10 +348,13 @@ TEST_F(AgentTest, CodeArchiveIsUnpackedIntoWorkDir) {
   EXPECT_EQ(server_.Log("j-code", 1), "from the archive\n");
 }
 
+TEST_F(AgentTest, CodeArchiveIsUnpackedIntoWorkDir) { CodeArchiveIsUnpackedIntoWorkDir(); }
+TEST_F(AgentOverHttpTest, CodeArchiveIsUnpackedIntoWorkDir) { CodeArchiveIsUnpackedIntoWorkDir(); }
+
 TEST_F(AgentTest, ShutdownStopsJobsAndReports) {
   StartAgent();
   server_.Assign(MakeJob("j-long", "trap 'echo bye; exit 5' TERM; while :; do sleep 0.05; done"));
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return InRunningList("j-long"); }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return InRunningList("j-long"); }));
   EXPECT_EQ(StopAgent(), 0);
   api::JobEvent e = Exited("j-long");
   EXPECT_EQ(e.state, "exited");
@@ -359,7 +363,7 @@ TEST_F(AgentTest, ShutdownStopsJobsAndReports) {
   EXPECT_EQ(TaggedProcesses("j-long"), 0);
 }
 
-TEST_F(AgentTest, RestartReusesTheNodeToken) {
+void AgentTest::RestartReusesTheNodeToken() {
   StartAgent();
   EXPECT_EQ(StopAgent(), 0);
   options_.join_token.clear();
@@ -369,15 +373,21 @@ TEST_F(AgentTest, RestartReusesTheNodeToken) {
   EXPECT_EQ(StopAgent(), 0);
 }
 
-TEST_F(AgentTest, RevokedTokenStopsTheAgent) {
+TEST_F(AgentTest, RestartReusesTheNodeToken) { RestartReusesTheNodeToken(); }
+TEST_F(AgentOverHttpTest, RestartReusesTheNodeToken) { RestartReusesTheNodeToken(); }
+
+void AgentTest::RevokedTokenStopsTheAgent() {
   StartAgent();
   server_.Assign(MakeJob("j-rev", "sleep 300"));
-  ASSERT_TRUE(FakeAgentServer::WaitFor([&] { return TaggedProcesses("j-rev") > 0; }));
+  ASSERT_TRUE(FakeServer::WaitFor([&] { return TaggedProcesses("j-rev") > 0; }));
   server_.RevokeNodeTokens();
   agent_.join();
   EXPECT_EQ(exit_code_, 1);
   EXPECT_EQ(TaggedProcesses("j-rev"), 0);
 }
+
+TEST_F(AgentTest, RevokedTokenStopsTheAgent) { RevokedTokenStopsTheAgent(); }
+TEST_F(AgentOverHttpTest, RevokedTokenStopsTheAgent) { RevokedTokenStopsTheAgent(); }
 
 TEST_F(AgentTest, FailsClearlyWithoutTokens) {
   options_.join_token.clear();

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <thread>
 
-#include "api/client.h"
 #include "common/log.h"
 #include "common/paths.h"
 
@@ -17,13 +16,11 @@ std::string Trim(std::string s) {
 }
 
 // One registration with `token`, retried while the failure is transient.
-Result<api::json> RegisterWith(const RegisterOptions& options, const std::string& token,
-                               const api::RegisterRequest& req) {
-  auto client = api::Client::Create(options.server, token);
-  if (!client.ok()) return client.status();
+Result<Registered> RegisterWith(const RegisterOptions& options, const std::string& token,
+                                const api::RegisterRequest& req) {
   int64_t backoff_ms = 200;
   for (int failures = 0;; ++failures) {
-    Result<api::json> r = (*client)->Register(req);
+    Result<Registered> r = options.link->Register(token, req);
     if (r.ok()) return r;
     Code code = r.status().code();
     if (code != Code::kUnavailable && code != Code::kInternal) return r.status();
@@ -48,11 +45,11 @@ Result<NodeIdentity> Register(const RegisterOptions& options, const api::Registe
   if (Result<std::string> r = ReadFile(path); r.ok()) saved = Trim(*r);
 
   if (!saved.empty()) {
-    Result<api::json> r = RegisterWith(options, saved, req);
+    Result<Registered> r = RegisterWith(options, saved, req);
     if (r.ok()) {
       NodeIdentity id;
-      id.node_id = r->value("node_id", "");
-      id.node_token = r->value("node_token", "");
+      id.node_id = r->node_id;
+      id.node_token = r->node_token;
       if (id.node_token.empty()) {
         id.node_token = saved;
       } else if (id.node_token != saved) {
@@ -76,7 +73,7 @@ Result<NodeIdentity> Register(const RegisterOptions& options, const api::Registe
         "no node token in " + path + ": pass --join-token (from `tide admin join-token`)",
         "join_token");
   }
-  Result<api::json> r = RegisterWith(options, options.join_token, req);
+  Result<Registered> r = RegisterWith(options, options.join_token, req);
   if (!r.ok()) {
     if (r.status().code() == Code::kUnauthenticated) {
       return Status::Unauthenticated("the server rejected the join token: " + r.status().message());
@@ -84,8 +81,8 @@ Result<NodeIdentity> Register(const RegisterOptions& options, const api::Registe
     return r.status().WithContext("register");
   }
   NodeIdentity id;
-  id.node_id = r->value("node_id", "");
-  id.node_token = r->value("node_token", "");
+  id.node_id = r->node_id;
+  id.node_token = r->node_token;
   if (id.node_id.empty() || id.node_token.empty()) {
     return Status::Internal("register: the server answered without node_id or node_token");
   }

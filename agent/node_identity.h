@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "agent/server_link.h"
 #include "api/types.h"
 #include "common/status.h"
 
@@ -21,7 +22,8 @@ struct NodeIdentity {
 };
 
 struct RegisterOptions {
-  std::string server;
+  ServerLink* link = nullptr;  // not owned
+  std::string server;          // where the link goes, for messages
   std::string data_dir;
   std::string join_token;  // may be empty when a node token is saved
   // Polled between retries while the server is unreachable; true aborts

@@ -131,6 +131,21 @@ Result<JobSpec> TrialJobSpec(const BatchSpec& batch, const BatchTrial& trial) {
   return spec;
 }
 
+json ToJson(const BatchSpec& b) {
+  json jobs = json::array();
+  for (const BatchTrial& t : b.trials) {
+    json trial = t.params.is_object() ? t.params : json::object();
+    trial["id"] = t.id;
+    jobs.push_back(std::move(trial));
+  }
+  json j = {{"template", b.job_template}, {"jobs", jobs}};
+  if (!b.name.empty()) j["experiment_batch"] = b.name;
+  if (b.max_concurrent > 0) j["max_concurrent"] = b.max_concurrent;
+  if (b.retry_times > 0) j["retry_times"] = b.retry_times;
+  if (b.budget > 0) j["budget"] = static_cast<double>(b.budget) / 1e6;
+  return j;
+}
+
 Result<BatchSpec> BatchSpecFromJson(const json& j) {
   BatchSpec b;
   JsonReader r(j, "");

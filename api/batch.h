@@ -46,6 +46,10 @@ struct BatchSpec {
 // trial).
 Result<BatchSpec> BatchSpecFromJson(const json& j);
 
+// A batch file's JSON for `b` (trials as "jobs", each with its id):
+// BatchSpecFromJson reads it back to the same batch.
+json ToJson(const BatchSpec& b);
+
 // The job spec of `trial`: the template with its parameters substituted,
 // the batch's retry_times, and the trial's name.
 Result<JobSpec> TrialJobSpec(const BatchSpec& batch, const BatchTrial& trial);

@@ -161,5 +161,28 @@ TEST(BatchRecordTest, RoundTrips) {
   EXPECT_EQ(back->job_template, b.job_template);
 }
 
+TEST(BatchSpecTest, ToJsonReadsBackAsTheSameBatch) {
+  auto spec = BatchSpecFromJson({{"experiment_batch", "sweep"},
+                                 {"max_concurrent", 2},
+                                 {"retry_times", 1},
+                                 {"budget", 12.5},
+                                 {"template", {{"command", "train --lr {lr}"}}},
+                                 {"jobs", {{{"id", "a"}, {"lr", 0.1}}}},
+                                 {"grid", {{"lr", {0.01, 0.001}}}}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto back = BatchSpecFromJson(ToJson(*spec));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->name, "sweep");
+  EXPECT_EQ(back->max_concurrent, 2);
+  EXPECT_EQ(back->retry_times, 1);
+  EXPECT_EQ(back->budget, 12'500'000);
+  EXPECT_EQ(back->job_template, spec->job_template);
+  ASSERT_EQ(back->trials.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back->trials[i].id, spec->trials[i].id);
+    EXPECT_EQ(back->trials[i].params, spec->trials[i].params);
+  }
+}
+
 }  // namespace
 }  // namespace tide::api

@@ -56,10 +56,10 @@ Status Client::Health() {
   return r.ok() ? Status::Ok() : r.status();
 }
 
-Result<Job> Client::SubmitJob(const json& spec, const std::string& idempotency_key) {
+Result<Job> Client::SubmitJob(const JobSpec& spec, const std::string& idempotency_key) {
   auto h = Headers("application/json");
   if (!idempotency_key.empty()) h["Idempotency-Key"] = idempotency_key;
-  auto res = http_->Do("POST", "/v1/jobs", spec.dump(), h);
+  auto res = http_->Do("POST", "/v1/jobs", ToJson(spec).dump(), h);
   if (!res.ok()) return res.status();
   if (res->status / 100 != 2) return StatusFromErrorJson(res->status, res->body);
   json j = json::parse(res->body, nullptr, false);

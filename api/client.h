@@ -59,7 +59,9 @@ class Client {
   Status Health();
 
   // --- users ---
-  Result<Job> SubmitJob(const json& spec, const std::string& idempotency_key = "");
+  // POST /v1/jobs with ToJson(spec). A spec the server must see as it is
+  // (a test of its validation) goes through Call().
+  Result<Job> SubmitJob(const JobSpec& spec, const std::string& idempotency_key = "");
   Result<Job> GetJob(const std::string& id);
   Result<JobPage> ListJobs(const JobFilter& filter);
   Result<Job> CancelJob(const std::string& id);

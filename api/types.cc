@@ -799,8 +799,31 @@ Result<Heartbeat> HeartbeatFromJson(const json& j) {
 
 json ToJson(const AgentWork& w) {
   json as = json::array();
+  // An assignment on the wire is narrow: what the agent runs the attempt
+  // with, nothing of the job's owner, history or the server's control flags.
   for (auto& a : w.assignments) {
-    json j = ToJson(a.job);
+    const Job& job = a.job;
+    json j = ToJson(job.spec);
+    j["id"] = job.id;
+    j["attempt"] = job.attempt;
+    j["node_id"] = job.node_id;
+    j["gpus"] = job.gpus;
+    if (!job.batch.empty()) {
+      j["batch"] = job.batch;
+      j["trial"] = job.trial;
+      j["params"] = job.params;
+    }
+    if (job.checkpoint_attempt > 0) {
+      j["checkpoint"] = {{"attempt", job.checkpoint_attempt},
+                         {"bytes", job.checkpoint_bytes},
+                         {"at", job.checkpoint_at}};
+    }
+    // TIDE_RESTART_REASON: of the attempts, only why the one before ended.
+    json before = json::array();
+    for (const Attempt& prev : job.attempts) {
+      if (prev.attempt == job.attempt - 1) before.push_back({{"attempt", prev.attempt}, {"reason", prev.reason}});
+    }
+    j["attempts"] = before;
     if (a.gang.nnodes > 1) {
       j["gang"] = {{"rank", a.gang.rank}, {"nnodes", a.gang.nnodes},
                    {"master_addr", a.gang.master_addr}, {"master_port", a.gang.master_port}};

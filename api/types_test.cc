@@ -665,7 +665,36 @@ TEST(AgentProtocol, RoundTrips) {
   auto back = AgentWorkFromJson(ToJson(w));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_EQ(back->assignments.size(), 2u);
-  EXPECT_EQ(ToJson(back->assignments[0].job), ToJson(SampleJob()));
+  // An agent gets what it runs the attempt with, nothing of the job's
+  // owner, history or the server's control flags.
+  const Job& got = back->assignments[0].job;
+  const Job sent = SampleJob();
+  EXPECT_EQ(got.id, sent.id);
+  EXPECT_EQ(got.attempt, sent.attempt);
+  EXPECT_EQ(ToJson(got.spec), ToJson(sent.spec));
+  EXPECT_EQ(got.node_id, sent.node_id);
+  EXPECT_EQ(got.gpus, sent.gpus);
+  ASSERT_EQ(got.attempts.size(), 1u) << "only why the attempt before ended";
+  EXPECT_EQ(got.attempts[0].attempt, 1);
+  EXPECT_EQ(got.attempts[0].reason, "node_lost");
+  json wire = ToJson(w)["assignments"][0];
+  for (const char* kept_back : {"owner", "status", "reason", "pending_reason", "cancel_requested",
+                                "cancel_reason", "preempt_requested", "created_at", "retries"}) {
+    EXPECT_FALSE(wire.contains(kept_back)) << kept_back;
+  }
+  Job trial = SampleJob();
+  trial.batch = "b-1";
+  trial.trial = "grid-1";
+  trial.params = {{"lr", "0.1"}};
+  trial.checkpoint_attempt = 1;
+  trial.checkpoint_bytes = 10;
+  AgentWork tw;
+  tw.assignments = {{trial, {}}};
+  auto tb = AgentWorkFromJson(ToJson(tw));
+  ASSERT_TRUE(tb.ok()) << tb.status().ToString();
+  EXPECT_EQ(tb->assignments[0].job.params, trial.params);
+  EXPECT_EQ(tb->assignments[0].job.trial, "grid-1");
+  EXPECT_EQ(tb->assignments[0].job.checkpoint_attempt, 1);
   EXPECT_EQ(back->assignments[0].gang.nnodes, 1);
   EXPECT_EQ(back->assignments[1].gang.rank, 1);
   EXPECT_EQ(back->assignments[1].gang.nnodes, 2);

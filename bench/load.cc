@@ -155,8 +155,9 @@ int main(int argc, char** argv) {
                              {"command", {"true"}},
                              {"resources", {{"gpu_type", "H100"}, {"gpu_count", 1}}}};
       if (priced) spec["max_runtime"] = "1h";
+      const api::JobSpec typed = std::move(api::JobSpecFromJson(spec)).value();
       while (next.fetch_add(1) < jobs) {
-        if (!client->SubmitJob(spec).ok()) failed++;
+        if (!client->SubmitJob(typed).ok()) failed++;
       }
     });
   }
@@ -180,7 +181,9 @@ int main(int argc, char** argv) {
   // 2. Latency: one job at a time on an idle 8-GPU node.
   std::vector<double> lat;
   for (int i = 0; i < latency_jobs; ++i) {
-    auto job = client->SubmitJob({{"command", {"true"}}, {"resources", {{"gpu_count", 1}}}});
+    auto job = client->SubmitJob(
+        std::move(api::JobSpecFromJson({{"command", {"true"}}, {"resources", {{"gpu_count", 1}}}}))
+            .value());
     if (!job.ok()) continue;
     api::Job j;
     for (int k = 0; k < 2000; ++k) {

@@ -1,11 +1,11 @@
 // `tide submit [SPEC_FILE] [flags] [-- COMMAND ARGS...]`: submits one job.
 //
 // The spec is built as JSON: the spec file (YAML or JSON) if given, then the
-// flags over it, then the command after "--". With a spec file the result is
-// checked here first so that a mistake in the file is reported with its line
-// ("job.yaml:7: resources.gpu_count: must be at least 1"); otherwise the
-// server validates and names the field. `--code DIR` packs DIR, uploads it
-// and sets "code" to the archive id.
+// flags over it, then the command after "--". The result is read into a
+// typed api::JobSpec by the server's own validator before it is sent, so a
+// mistake in the file is reported with its line ("job.yaml:7:
+// resources.gpu_count: must be at least 1") and one in the flags names the
+// field. `--code DIR` packs DIR, uploads it and sets "code" to the archive id.
 #include "cli/job_submit.h"
 
 #include <algorithm>
@@ -74,8 +74,9 @@ bool SetByFlag(const std::vector<std::string>& set_fields, const std::string& fi
   });
 }
 
-// Reads the spec file (if any) and writes the flags over it.
-Result<json> BuildSpec(const SubmitOptions& opts) {
+// Reads the spec file (if any), writes the flags over it and checks the
+// result as the server will: errors name the file's line or the flag.
+Result<api::JobSpec> BuildSpec(const SubmitOptions& opts) {
   json spec = json::object();
   api::SpecDocument doc;
   if (!opts.spec_file.empty()) {
@@ -98,17 +99,15 @@ Result<json> BuildSpec(const SubmitOptions& opts) {
         WhereInFile(doc, opts.spec_file, merged.field()) + merged.field() + ": " + merged.message(),
         merged.field());
   }
-  if (!opts.spec_file.empty()) {
-    auto checked = api::JobSpecFromJson(spec);
-    if (!checked.ok()) {
-      const Status& st = checked.status();
-      std::string what = (st.field().empty() ? "" : st.field() + ": ") + st.message();
-      if (SetByFlag(set_fields, st.field())) return Status::InvalidArgument(what, st.field());
-      return Status::InvalidArgument(WhereInFile(doc, opts.spec_file, st.field()) + what,
-                                     st.field());
-    }
+  auto checked = api::JobSpecFromJson(spec);
+  if (!checked.ok() && !opts.spec_file.empty()) {
+    const Status& st = checked.status();
+    std::string what = (st.field().empty() ? "" : st.field() + ": ") + st.message();
+    if (SetByFlag(set_fields, st.field())) return Status::InvalidArgument(what, st.field());
+    return Status::InvalidArgument(WhereInFile(doc, opts.spec_file, st.field()) + what,
+                                   st.field());
   }
-  return spec;
+  return checked;
 }
 
 int RunSubmit(SubmitOptions opts) {

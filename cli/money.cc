@@ -15,15 +15,15 @@
 
 #include "api/spec_file.h"
 #include "cli/common.h"
+#include "common/decimal.h"
 #include "common/duration.h"
-#include "ledger/money.h"
 
 namespace tide::cli {
 
 // A JSON amount of credits as text ("12.5"); "-" if absent.
 std::string CreditsText(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return "-";
-  return ledger::FormatCredits(std::llround(j[key].get<double>() * 1e6));
+  return FormatCredits(std::llround(j[key].get<double>() * 1e6));
 }
 
 // "7d", "24h" (that long ago) or "2026-12-01" (UTC midnight) as unix ms.

@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "common/decimal.h"
+
 namespace tide::ledger {
 
 namespace {
@@ -40,20 +42,7 @@ Result<int64_t> ParseMillionths(std::string_view text, const std::string& field,
   return static_cast<int64_t>(total);
 }
 
-std::string FormatMillionths(int64_t v) {
-  std::string sign = v < 0 ? "-" : "";
-  uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-  std::string out = sign + std::to_string(u / kPpm);
-  uint64_t frac = u % kPpm;
-  if (frac == 0) return out;
-  std::string digits = std::to_string(frac);
-  digits = std::string(6 - digits.size(), '0') + digits;
-  while (!digits.empty() && digits.back() == '0') digits.pop_back();
-  return out + "." + digits;
-}
 }  // namespace
-
-std::string FormatCredits(Micros amount) { return FormatMillionths(amount); }
 
 Result<Micros> ParseCredits(std::string_view text, const std::string& field) {
   return ParseMillionths(text, field, kMaxAmount / kMicrosPerCredit,

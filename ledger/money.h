@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/decimal.h"
 #include "common/status.h"
 
 namespace tide::ledger {
@@ -21,8 +22,9 @@ inline constexpr int64_t kPpm = 1'000'000;
 // Largest amount accepted from users: 10^12 credits.
 inline constexpr Micros kMaxAmount = Micros{1'000'000'000'000} * kMicrosPerCredit;
 
-// 12500000 -> "12.5", 1 -> "0.000001", -2000000 -> "-2". Up to six decimals.
-std::string FormatCredits(Micros amount);
+// 12500000 -> "12.5", 1 -> "0.000001", -2000000 -> "-2". Up to six
+// decimals (common/decimal.h, which clients use too).
+using ::tide::FormatCredits;
 
 // "12.5", "12", "0.000001" -> micro-credits. At most six decimals, not
 // negative, at most kMaxAmount. `field` names the input in errors.

@@ -102,31 +102,26 @@ api::JobSpec SpecFromRecord(const json& j) {
   return s;
 }
 
-api::Rank RankFromRecord(const json& j) {
-  api::Rank r;
-  r.node_id = Str(j, "node_id");
-  r.gpus = Ints(j, "gpus");
-  r.rate = Int(j, "rate");
-  r.started_at = Int(j, "started_at");
-  r.finished_at = Int(j, "finished_at");
-  r.reason = Str(j, "reason");
-  r.exit_code = OptInt(j, "exit_code");
-  return r;
+// What an attempt and each rank of a gang's attempt both hold.
+template <typename Piece>
+Piece PieceFromRecord(const json& j) {
+  Piece p;
+  p.node_id = Str(j, "node_id");
+  p.gpus = Ints(j, "gpus");
+  p.rate = Int(j, "rate");
+  p.started_at = Int(j, "started_at");
+  p.finished_at = Int(j, "finished_at");
+  p.reason = Str(j, "reason");
+  p.exit_code = OptInt(j, "exit_code");
+  return p;
 }
 
 api::Attempt AttemptFromRecord(const json& j) {
-  api::Attempt a;
+  api::Attempt a = PieceFromRecord<api::Attempt>(j);
   a.attempt = static_cast<int>(Int(j, "attempt"));
-  a.node_id = Str(j, "node_id");
-  a.gpus = Ints(j, "gpus");
-  a.rate = Int(j, "rate");
-  a.started_at = Int(j, "started_at");
-  a.finished_at = Int(j, "finished_at");
-  a.reason = Str(j, "reason");
-  a.exit_code = OptInt(j, "exit_code");
   if (auto ranks = j.find("ranks"); ranks != j.end() && ranks->is_array()) {
     for (const json& r : *ranks) {
-      if (r.is_object()) a.ranks.push_back(RankFromRecord(r));
+      if (r.is_object()) a.ranks.push_back(PieceFromRecord<api::Rank>(r));
     }
     a.master_addr = Str(j, "master_addr");
     a.master_port = static_cast<int>(Int(j, "master_port"));

@@ -367,39 +367,6 @@ class Container {
   bool released_ = false;
 };
 
-// A job in a container: `runc run` leads the tree; the uid is the job's.
-class OciProcess final : public Process {
- public:
-  OciProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid,
-             std::unique_ptr<Container> container)
-      : inner_(std::move(inner)), uid_(std::move(uid)), container_(std::move(container)) {}
-  ~OciProcess() override {
-    if (Status st = KillTree(); !st.ok()) spdlog::warn("container job {}: {}", pid(), st.ToString());
-    inner_.reset();
-  }
-  int pid() const override { return inner_->pid(); }
-  int output_fd() const override { return inner_->output_fd(); }
-  int64_t uid() const override { return uid_->uid(); }
-  std::optional<ExitStatus> Poll() override { return FromShellCode(inner_->Poll()); }
-  std::optional<ExitStatus> Wait(int64_t timeout_ms) override {
-    return FromShellCode(inner_->Wait(timeout_ms));
-  }
-  // The job's processes: runc would forward a signal to tide-init only,
-  // which as pid 1 ignores what it has no handler for.
-  Status Signal(int sig) override { return SignalUid(uid_->uid(), inner_->pid(), sig); }
-  Status KillTree() override {
-    Status st = inner_->KillTree();  // runc, and through the job cgroup, the container
-    Status swept = KillUid(uid_->uid());
-    container_->Release();
-    return st.ok() ? swept : st;
-  }
-
- private:
-  std::unique_ptr<Process> inner_;
-  std::unique_ptr<UidLease> uid_;
-  std::unique_ptr<Container> container_;
-};
-
 std::atomic<uint64_t> g_container_seq{0};
 
 }  // namespace
@@ -554,8 +521,10 @@ Result<std::unique_ptr<Process>> OciRuntime::Start(const LaunchSpec& spec) {
   outer.limits = spec.limits;
   Result<std::unique_ptr<Process>> started = processes_->Start(outer);
   if (!started.ok()) return started.status();
-  return std::unique_ptr<Process>(
-      new OciProcess(std::move(*started), std::move(*lease), std::move(container)));
+  // `runc run` leads the tree; the container is released with the tree.
+  std::shared_ptr<Container> held = std::move(container);
+  return std::unique_ptr<Process>(new UidJobProcess(std::move(*started), std::move(*lease),
+                                                    "container job", [held] { held->Release(); }));
 }
 
 }  // namespace tide::agent

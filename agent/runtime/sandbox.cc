@@ -369,42 +369,33 @@ std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e) {
   return e;
 }
 
-namespace {
+UidJobProcess::UidJobProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid,
+                             std::string what, std::function<void()> after_kill)
+    : inner_(std::move(inner)), uid_(std::move(uid)), what_(std::move(what)),
+      after_kill_(std::move(after_kill)) {}
 
-// A sandboxed job: the process tree bwrap leads, and the uid it holds.
-class SandboxProcess final : public Process {
- public:
-  SandboxProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid)
-      : inner_(std::move(inner)), uid_(std::move(uid)) {}
-  ~SandboxProcess() override {
-    if (Status st = KillTree(); !st.ok()) spdlog::warn("sandboxed job {}: {}", pid(), st.ToString());
-    inner_.reset();
-  }
-  int pid() const override { return inner_->pid(); }
-  int output_fd() const override { return inner_->output_fd(); }
-  int64_t uid() const override { return uid_->uid(); }
-  std::optional<ExitStatus> Poll() override { return FromShellCode(inner_->Poll()); }
-  std::optional<ExitStatus> Wait(int64_t timeout_ms) override {
-    return FromShellCode(inner_->Wait(timeout_ms));
-  }
-  // The job's processes, not bwrap's: its monitor and the sandbox's pid 1
-  // would die of a SIGTERM without passing it on, and take the job with
-  // them before it could act on the notice.
-  Status Signal(int sig) override { return SignalUid(uid_->uid(), inner_->pid(), sig); }
-  Status KillTree() override {
-    Status st = inner_->KillTree();
-    // What the tree walk cannot see (a sandbox's pid 1 that outlived bwrap's
-    // monitor, its zombie) still runs as the job's uid.
-    Status swept = KillUid(uid_->uid());
-    return st.ok() ? swept : st;
-  }
+UidJobProcess::~UidJobProcess() {
+  if (Status st = KillTree(); !st.ok()) spdlog::warn("{} {}: {}", what_, pid(), st.ToString());
+  inner_.reset();
+}
 
- private:
-  std::unique_ptr<Process> inner_;
-  std::unique_ptr<UidLease> uid_;
-};
+std::optional<ExitStatus> UidJobProcess::Poll() { return FromShellCode(inner_->Poll()); }
 
-}  // namespace
+std::optional<ExitStatus> UidJobProcess::Wait(int64_t timeout_ms) {
+  return FromShellCode(inner_->Wait(timeout_ms));
+}
+
+Status UidJobProcess::Signal(int sig) { return SignalUid(uid_->uid(), inner_->pid(), sig); }
+
+Status UidJobProcess::KillTree() {
+  // The monitor, and through the job's cgroup everything in it.
+  Status st = inner_->KillTree();
+  // What the tree walk cannot see (a pid 1 that outlived its monitor, its
+  // zombie) still runs as the job's uid.
+  Status swept = KillUid(uid_->uid());
+  if (after_kill_) after_kill_();
+  return st.ok() ? swept : st;
+}
 
 SandboxRuntime::SandboxRuntime(SandboxOptions options, ProcessRuntime* processes)
     : options_(std::move(options)), processes_(processes),
@@ -521,7 +512,8 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
   Result<std::unique_ptr<Process>> started = processes_->Start(outer);
   ::close(filter_pipe[0]);
   if (!started.ok()) return started.status();
-  return std::unique_ptr<Process>(new SandboxProcess(std::move(*started), std::move(*lease)));
+  return std::unique_ptr<Process>(
+      new UidJobProcess(std::move(*started), std::move(*lease), "sandboxed job"));
 }
 
 }  // namespace tide::agent

@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,36 @@ Status GiveTree(const std::string& path, uid_t uid);
 // bwrap and tide-init exit 128+S when the job was killed by signal S, as a
 // shell does: reported as signal S.
 std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e);
+
+// A job that runs as a uid of its own under a monitor (SandboxRuntime's
+// bwrap, OciRuntime's runc): the process tree `inner` leads and the uid it
+// holds. Signals go to the job's processes, not to the monitor or the
+// sandbox's or container's pid 1, which would die of a SIGTERM (or ignore
+// it) without passing it on and take the job with them before it could act
+// on the notice. A tree kill also sweeps the uid. Exit codes 128+S read as
+// signal S (FromShellCode). `after_kill`, if set, runs after every tree
+// kill and owns what it releases (a container's state and overlay).
+// `what` names the job in warnings ("sandboxed job").
+class UidJobProcess final : public Process {
+ public:
+  UidJobProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid, std::string what,
+                std::function<void()> after_kill = nullptr);
+  ~UidJobProcess() override;  // kills the tree, then releases the uid
+
+  int pid() const override { return inner_->pid(); }
+  int output_fd() const override { return inner_->output_fd(); }
+  int64_t uid() const override { return uid_->uid(); }
+  std::optional<ExitStatus> Poll() override;
+  std::optional<ExitStatus> Wait(int64_t timeout_ms) override;
+  Status Signal(int sig) override;
+  Status KillTree() override;
+
+ private:
+  std::unique_ptr<Process> inner_;
+  std::unique_ptr<UidLease> uid_;
+  std::string what_;
+  std::function<void()> after_kill_;
+};
 
 // Everything bubblewrap needs for one job.
 struct SandboxPlan {

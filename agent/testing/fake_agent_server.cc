@@ -29,10 +29,6 @@ std::string UrlDecode(const std::string& s) {
   return out;
 }
 
-std::string ErrorBody(const std::string& code, const std::string& msg) {
-  return api::json{{"error", {{"code", code}, {"message", msg}}}}.dump();
-}
-
 const char* Reason(int status) {
   switch (status) {
     case 200:
@@ -52,9 +48,40 @@ const char* Reason(int status) {
   }
 }
 
+int HttpStatus(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return 200;
+    case Code::kInvalidArgument:
+      return 400;
+    case Code::kUnauthenticated:
+      return 401;
+    case Code::kNotFound:
+      return 404;
+    case Code::kConflict:
+      return 409;
+    case Code::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+int IntParam(const std::map<std::string, std::string>& query, const std::string& name) {
+  auto it = query.find(name);
+  return it == query.end() ? 0 : std::stoi(it->second);
+}
+
 }  // namespace
 
-FakeAgentServer::FakeAgentServer() {
+// The answer to a call of the backend: its value as JSON, or its error.
+template <typename T>
+static FakeAgentServer::Response Answer(const Result<T>& r) {
+  if (!r.ok()) return {HttpStatus(r.status().code()), api::ErrorJson(r.status()).dump()};
+  return {200, api::ToJson(*r).dump()};
+}
+
+FakeAgentServer::FakeAgentServer(FakeServer* backend) : backend_(backend) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -81,7 +108,6 @@ FakeAgentServer::~FakeAgentServer() {
     for (int fd : conn_fds_) ::shutdown(fd, SHUT_RDWR);
     threads.swap(conn_threads_);
   }
-  cv_.notify_all();
   for (auto& t : threads) t.join();
 }
 
@@ -179,187 +205,65 @@ FakeAgentServer::Response FakeAgentServer::Handle(const Request& req) {
   std::string auth;
   if (auto it = req.headers.find("authorization"); it != req.headers.end()) auth = it->second;
   const std::string token = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : "";
-
-  std::unique_lock<std::mutex> lock(mu_);
-  if (down_) return {503, ErrorBody("unavailable", "server down")};
+  auto error = [](const Status& st) {
+    return Response{HttpStatus(st.code()), api::ErrorJson(st).dump()};
+  };
 
   if (req.method == "POST" && req.path == "/v1/agent/register") {
-    if (token == kJoinToken) {
-      ++joins_;
-      std::string node_token = "tide_n_test" + std::to_string(joins_);
-      node_tokens_.insert(node_token);
-      return {
-          200,
-          api::json{{"node_id", "n-" + std::to_string(joins_)}, {"node_token", node_token}}.dump()};
-    }
-    if (node_tokens_.count(token) != 0 && !revoked_) {
-      ++re_registrations_;
-      return {200,
-              api::json{{"node_id", "n-" + token.substr(strlen("tide_n_test"))}, {"node_token", ""}}
-                  .dump()};
-    }
-    return {401, ErrorBody("unauthenticated", "bad token")};
+    auto parsed = api::RegisterRequestFromJson(api::json::parse(req.body, nullptr, false));
+    if (!parsed.ok()) return error(parsed.status());
+    Result<Registered> r = backend_->Register(token, *parsed);
+    if (!r.ok()) return error(r.status());
+    return {200, api::json{{"node_id", r->node_id}, {"node_token", r->node_token}}.dump()};
   }
-  if (node_tokens_.count(token) == 0 || revoked_) {
-    return {401, ErrorBody("unauthenticated", "bad node token")};
+  if (!backend_->IsNodeToken(token)) {
+    return error(backend_->down() ? Status::Unavailable("server down")
+                                  : Status::Unauthenticated("bad node token"));
   }
   if (req.method == "POST" && req.path == "/v1/agent/heartbeat") {
     auto hb = api::HeartbeatFromJson(api::json::parse(req.body, nullptr, false));
-    if (!hb.ok()) return {400, ErrorBody("invalid_argument", hb.status().message())};
-    last_heartbeat_ = *hb;
-    ++heartbeats_;
-    api::AgentWork work;
-    work.cancels.swap(cancels_);
-    return {200, api::ToJson(work).dump()};
+    if (!hb.ok()) return error(hb.status());
+    return Answer(backend_->Heartbeat(*hb));
   }
   if (req.method == "GET" && req.path == "/v1/agent/assignments") {
-    int wait_s = req.query.count("wait") ? std::stoi(req.query.at("wait")) : 0;
-    // Answer within a second at most, so tests and shutdown stay quick.
-    cv_.wait_for(lock, std::chrono::milliseconds(std::min(wait_s, 1) * 1000),
-                 [this] { return !assignments_.empty() || closing_; });
-    api::AgentWork work;
-    while (!assignments_.empty()) {
-      work.assignments.push_back({assignments_.front(), {}});
-      assignments_.pop_front();
-    }
-    return {200, api::ToJson(work).dump()};
+    return Answer(backend_->PollWork(IntParam(req.query, "wait")));
   }
   const std::string prefix = "/v1/agent/jobs/";
   if (req.path.rfind(prefix, 0) == 0) {
     std::string rest = req.path.substr(prefix.size());
     size_t slash = rest.find('/');
     if (slash != std::string::npos) {
-      std::string job_id = UrlDecode(rest.substr(0, slash));
-      if (rejected_.count(job_id) != 0) return {404, ErrorBody("not_found", "no such job")};
-      lock.unlock();
-      return HandleJob(req, job_id, rest.substr(slash + 1));
+      return HandleJob(req, UrlDecode(rest.substr(0, slash)), rest.substr(slash + 1));
     }
   }
-  return {404, ErrorBody("not_found", "no route " + req.method + " " + req.path)};
+  return error(Status::NotFound("no route " + req.method + " " + req.path));
 }
 
 FakeAgentServer::Response FakeAgentServer::HandleJob(const Request& req, const std::string& job_id,
                                                      const std::string& what) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto done = [](const Status& st) {
+    if (st.ok()) return Response{200, "{}"};
+    return Response{HttpStatus(st.code()), api::ErrorJson(st).dump()};
+  };
+  const int attempt = IntParam(req.query, "attempt");
   if (req.method == "POST" && what == "events") {
-    if (fail_events_ > 0) {
-      --fail_events_;
-      return {503, ErrorBody("unavailable", "restarting")};
-    }
     auto ev = api::JobEventFromJson(api::json::parse(req.body, nullptr, false));
-    if (!ev.ok()) return {400, ErrorBody("invalid_argument", ev.status().message())};
-    events_[job_id].push_back(*ev);
-    return {200, "{}"};
+    if (!ev.ok()) return done(ev.status());
+    return done(backend_->PostEvent(job_id, *ev));
   }
   if (req.method == "POST" && what == "logs") {
-    ++log_posts_;
-    std::string& log = logs_[job_id + "#" + req.query.at("attempt")];
-    size_t offset = std::stoul(req.query.at("offset"));
-    if (offset > log.size()) return {409, ErrorBody("conflict", "offset beyond end")};
-    if (offset + req.body.size() > log.size()) log += req.body.substr(log.size() - offset);
-    return {200, "{}"};
+    return done(
+        backend_->PostLogs(job_id, attempt, std::stoll(req.query.at("offset")), req.body));
   }
   if (req.method == "PUT" && what == "outputs") {
-    outputs_[job_id + "#" + req.query.at("attempt")][req.query.at("path")] = req.body;
-    return {200, "{}"};
+    return done(backend_->PutOutput(job_id, attempt, req.query.at("path"), req.body));
   }
   if (req.method == "GET" && what == "code") {
-    auto it = code_.find(job_id);
-    if (it == code_.end()) return {404, ErrorBody("not_found", "no code")};
-    return {200, it->second};
+    Result<std::string> code = backend_->GetCode(job_id);
+    if (!code.ok()) return done(code.status());
+    return {200, *code};
   }
-  return {404, ErrorBody("not_found", "no route")};
-}
-
-void FakeAgentServer::Assign(const api::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  assignments_.push_back(job);
-  cv_.notify_all();
-}
-
-void FakeAgentServer::Cancel(const api::CancelOrder& order) {
-  std::lock_guard<std::mutex> lock(mu_);
-  cancels_.push_back(order);
-}
-
-void FakeAgentServer::SetCode(const std::string& job_id, std::string archive) {
-  std::lock_guard<std::mutex> lock(mu_);
-  code_[job_id] = std::move(archive);
-}
-
-void FakeAgentServer::SetDown(bool down) {
-  std::lock_guard<std::mutex> lock(mu_);
-  down_ = down;
-}
-
-void FakeAgentServer::FailEvents(int n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  fail_events_ = n;
-}
-
-void FakeAgentServer::RejectJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  rejected_.insert(job_id);
-}
-
-void FakeAgentServer::LoseLog(const std::string& job_id, int attempt) {
-  std::lock_guard<std::mutex> lock(mu_);
-  logs_[job_id + "#" + std::to_string(attempt)].clear();
-}
-
-void FakeAgentServer::RevokeNodeTokens() {
-  std::lock_guard<std::mutex> lock(mu_);
-  revoked_ = true;
-}
-
-std::vector<api::JobEvent> FakeAgentServer::Events(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return events_[job_id];
-}
-
-std::string FakeAgentServer::Log(const std::string& job_id, int attempt) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return logs_[job_id + "#" + std::to_string(attempt)];
-}
-
-std::map<std::string, std::string> FakeAgentServer::Outputs(const std::string& job_id,
-                                                            int attempt) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return outputs_[job_id + "#" + std::to_string(attempt)];
-}
-
-api::Heartbeat FakeAgentServer::LastHeartbeat() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_heartbeat_;
-}
-
-int FakeAgentServer::heartbeats() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return heartbeats_;
-}
-
-int FakeAgentServer::joins() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return joins_;
-}
-
-int FakeAgentServer::re_registrations() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return re_registrations_;
-}
-
-int FakeAgentServer::log_posts() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return log_posts_;
-}
-
-bool FakeAgentServer::WaitFor(const std::function<bool()>& pred, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
+  return done(Status::NotFound("no route"));
 }
 
 }  // namespace tide::agent::testing

@@ -14,8 +14,8 @@ TEST(FailuresTest, ServerKill9MidRunThenJobStillCompletes) {
   cluster.StartServer();
   cluster.StartAgent("a1", "2xRTX4090:24GB");
   auto alice = cluster.ClientFor(cluster.NewUser("alice"));
-  auto job = alice->SubmitJob({{"command", "echo start; sleep 4; echo done"},
-                               {"resources", {{"gpu_count", 1}}}});
+  auto job = alice->SubmitJob(Spec({{"command", "echo start; sleep 4; echo done"},
+                                    {"resources", {{"gpu_count", 1}}}}));
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(Eventually([&] { return alice->GetJob(job->id)->status == api::JobStatus::kRunning; }));
   cluster.KillServer(SIGKILL);
@@ -33,8 +33,8 @@ TEST(FailuresTest, AgentKill9JobRerunsOnTheOther) {
   cluster.StartAgent("a1", "1xRTX4090:24GB");
   cluster.StartAgent("a2", "1xRTX4090:24GB");
   auto alice = cluster.ClientFor(cluster.NewUser("alice"));
-  auto job = alice->SubmitJob({{"command", "echo attempt=$TIDE_ATTEMPT; sleep 3"},
-                               {"resources", {{"gpu_count", 1}}}});
+  auto job = alice->SubmitJob(Spec({{"command", "echo attempt=$TIDE_ATTEMPT; sleep 3"},
+                                    {"resources", {{"gpu_count", 1}}}}));
   ASSERT_TRUE(job.ok());
   api::Job running;
   ASSERT_TRUE(Eventually([&] {
@@ -72,7 +72,7 @@ TEST(FailuresTest, AcknowledgedSubmissionsSurviveKill9) {
   auto alice = cluster.ClientFor(cluster.NewUser("alice"));
   std::vector<std::string> ids;
   for (int i = 0; i < 100; ++i) {
-    auto job = alice->SubmitJob({{"name", "d" + std::to_string(i)}, {"command", {"true"}}});
+    auto job = alice->SubmitJob(Spec({{"name", "d" + std::to_string(i)}, {"command", {"true"}}}));
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     ids.push_back(job->id);
   }

@@ -115,11 +115,11 @@ TEST_F(GangTest, AFailedRankStopsTheOtherAndFailsTheJob) {
 }
 
 TEST_F(GangTest, BadAndUnsatisfiableGangsSaySo) {
-  auto zero = client_->SubmitJob({{"command", "true"}, {"resources", {{"nodes", 0}}}});
+  auto zero = PostJobJson(*client_, {{"command", "true"}, {"resources", {{"nodes", 0}}}});
   ASSERT_FALSE(zero.ok());
   EXPECT_EQ(zero.status().field(), "resources.nodes");
-  auto both = client_->SubmitJob(
-      {{"command", "true"}, {"resources", {{"gpu_count", 1}, {"gpus_per_node", 2}}}});
+  auto both = PostJobJson(
+      *client_, {{"command", "true"}, {"resources", {{"gpu_count", 1}, {"gpus_per_node", 2}}}});
   ASSERT_FALSE(both.ok());
   EXPECT_EQ(both.status().field(), "resources.gpus_per_node");
   // Three nodes asked, two exist: it waits and says why.

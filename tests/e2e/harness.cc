@@ -136,8 +136,20 @@ bool ProcessGone(pid_t pid) {
          stat[close_paren + 2] == 'Z';
 }
 
+api::JobSpec Spec(const nlohmann::json& spec) {
+  auto typed = api::JobSpecFromJson(spec);
+  EXPECT_TRUE(typed.ok()) << spec.dump() << ": " << typed.status().ToString();
+  return typed.ok() ? *typed : api::JobSpec{};
+}
+
+Result<api::Job> PostJobJson(api::Client& client, const nlohmann::json& spec) {
+  auto answer = client.Call("POST", "/v1/jobs", spec);
+  if (!answer.ok()) return answer.status();
+  return api::JobFromJson(*answer);
+}
+
 std::string SubmitOk(api::Client& client, const nlohmann::json& spec) {
-  auto job = client.SubmitJob(spec);
+  auto job = client.SubmitJob(Spec(spec));
   EXPECT_TRUE(job.ok()) << job.status().ToString();
   return job.ok() ? job->id : "";
 }

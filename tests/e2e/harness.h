@@ -93,6 +93,11 @@ std::string ReadAll(const std::string& path);
 std::string MakeTempDir(const std::string& prefix);
 // Submits `spec`, failing the test (and returning "") if it is refused.
 std::string SubmitOk(api::Client& client, const nlohmann::json& spec);
+// The typed spec of a test's JSON literal, which must be valid.
+api::JobSpec Spec(const nlohmann::json& spec);
+// POST /v1/jobs with `spec` exactly as given: for tests of what the server
+// refuses (SubmitJob sends only specs that are already typed).
+Result<api::Job> PostJobJson(api::Client& client, const nlohmann::json& spec);
 // Waits for a job to reach a terminal status; returns it.
 api::Job WaitTerminal(api::Client& client, const std::string& id,
                       std::chrono::milliseconds timeout = std::chrono::seconds(60));

@@ -123,10 +123,10 @@ TEST_F(MoneyE2eTest, ChargedExactlySecondsTimesRateAndTheProviderEarnsTheRest) {
 TEST_F(MoneyE2eTest, BudgetsAndBalanceAreHardLimits) {
   Fund("1");
   // 2 GPUs x 1 h at 10/h = 20 credits: refused, with the numbers.
-  auto refused = alice_->SubmitJob({{"resources", {{"gpu_count", 2}}},
-                                    {"max_runtime", "1h"},
-                                    {"grace", "0s"},
-                                    {"command", "true"}});
+  auto refused = alice_->SubmitJob(Spec({{"resources", {{"gpu_count", 2}}},
+                                         {"max_runtime", "1h"},
+                                         {"grace", "0s"},
+                                         {"command", "true"}}));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Code::kInsufficientCredit);
   EXPECT_NE(refused.status().message().find("up to 20 credits"), std::string::npos)

@@ -106,7 +106,7 @@ TEST_F(SchedulingTest, ConstraintsPriorityAndBadInput) {
       {{{"command", "true"}, {"max_price", -1}}, "max_price"},
   };
   for (auto& b : bad) {
-    auto r = client_->SubmitJob(b.spec);
+    auto r = PostJobJson(*client_, b.spec);
     ASSERT_FALSE(r.ok()) << b.spec.dump();
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << b.spec.dump();
     EXPECT_NE(r.status().ToString().find(b.field), std::string::npos)

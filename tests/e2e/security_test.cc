@@ -77,9 +77,9 @@ class SecurityTest : public ::testing::Test {
 };
 
 TEST_F(SecurityTest, UsersCannotSeeEachOthersJobs) {
-  auto job = alice_->SubmitJob(
+  auto job = alice_->SubmitJob(Spec(
       {{"command", "mkdir -p $TIDE_OUTPUT_DIR && echo secret > $TIDE_OUTPUT_DIR/s.txt; echo secret"},
-       {"resources", {{"gpu_count", 1}}}});
+       {"resources", {{"gpu_count", 1}}}}));
   ASSERT_TRUE(job.ok());
   auto done = WaitTerminal(*alice_, job->id);
   ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason;
@@ -160,7 +160,7 @@ TEST_F(SecurityTest, OutputPathsCannotEscape) {
   auto r = agent->Register(reg);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   agent->set_token((*r)["node_token"]);
-  auto job = alice_->SubmitJob({{"command", {"true"}}, {"resources", {{"gpu_type", "T4"}}}});
+  auto job = alice_->SubmitJob(Spec({{"command", {"true"}}, {"resources", {{"gpu_type", "T4"}}}}));
   ASSERT_TRUE(job.ok());
   auto work = agent->PollWork(5);
   ASSERT_TRUE(work.ok());

@@ -1,11 +1,10 @@
-#include "cli/sbatch.h"
+// PlanSbatch: Slurm directives into typed specs (api/sbatch.h).
+#include "api/sbatch.h"
 
 #include <gtest/gtest.h>
 
-namespace tide::cli {
+namespace tide::api {
 namespace {
-
-using nlohmann::json;
 
 SbatchPlan Plan(const std::string& script, const std::vector<std::string>& cli = {},
                 const std::vector<std::string>& args = {}) {
@@ -31,27 +30,27 @@ TEST(SbatchTest, EachDirectiveInBothForms) {
            "#!/bin/bash\n#SBATCH -J bert -p gpu --gres=gpu:A100:2 -N2 -c8 --mem=65536 --time 1590\n",
        }) {
     SbatchPlan p = Plan(script);
-    EXPECT_EQ(p.spec["name"], "bert") << script;
-    EXPECT_EQ(p.spec["constraints"]["partition"], "gpu");
-    EXPECT_EQ(p.spec["resources"]["gpu_count"], 2);
-    EXPECT_EQ(p.spec["resources"]["gpu_type"], "A100");
-    EXPECT_EQ(p.spec["resources"]["nodes"], 2);
-    EXPECT_EQ(p.spec["resources"]["cpus"], 8);
-    EXPECT_EQ(p.spec["resources"]["memory"], 65536);
-    EXPECT_EQ(p.spec["max_runtime"], 95400) << script;
-    EXPECT_EQ(p.spec["slurm"], true);
+    EXPECT_EQ(p.spec.name, "bert") << script;
+    EXPECT_EQ(p.spec.constraints.at("partition"), "gpu");
+    EXPECT_EQ(p.spec.resources.gpu_count, 2);
+    EXPECT_EQ(p.spec.resources.gpu_types, std::vector<std::string>{"A100"});
+    EXPECT_EQ(p.spec.resources.nodes, 2);
+    EXPECT_EQ(p.spec.resources.cpus, 8);
+    EXPECT_EQ(p.spec.resources.memory_mb, 65536);
+    EXPECT_EQ(p.spec.max_runtime_s, 95400) << script;
+    EXPECT_TRUE(p.spec.slurm);
     EXPECT_FALSE(p.array);
   }
 }
 
 TEST(SbatchTest, GpusAreTotalsAndTheCommandLineWins) {
   SbatchPlan p = Plan("#!/bin/sh\n#SBATCH --gpus=4\n#SBATCH --nodes=2\n", {"--gpus=rtx4090:8"});
-  EXPECT_EQ(p.spec["resources"]["gpu_count"], 4);  // 8 over 2 nodes
-  EXPECT_EQ(p.spec["resources"]["gpu_type"], "rtx4090");
+  EXPECT_EQ(p.spec.resources.gpu_count, 4);  // 8 over 2 nodes
+  EXPECT_EQ(p.spec.resources.gpu_types, std::vector<std::string>{"RTX4090"});  // canonical
   p = Plan("#!/bin/sh\n#SBATCH --job-name=a\n", {"-J", "b"});
-  EXPECT_EQ(p.spec["name"], "b");
+  EXPECT_EQ(p.spec.name, "b");
   p = Plan("#!/bin/sh\necho hi\n#SBATCH --job-name=late\n");
-  EXPECT_EQ(p.spec["name"], "train.sh") << "directives after the first command are not read";
+  EXPECT_EQ(p.spec.name, "train.sh") << "directives after the first command are not read";
 }
 
 TEST(SbatchTest, TimesInEverySlurmForm) {
@@ -80,31 +79,31 @@ TEST(SbatchTest, ArraysBecomeBatches) {
 
   SbatchPlan p = Plan("#!/bin/bash\n#SBATCH --array=0-3%2\n#SBATCH --output=logs/%x_%A_%a.out\n");
   ASSERT_TRUE(p.array);
-  EXPECT_EQ(p.batch["max_concurrent"], 2);
-  EXPECT_EQ(p.batch["jobs"].size(), 4u);
-  EXPECT_EQ(p.batch["template"]["env"]["SLURM_ARRAY_TASK_ID"], "{task}");
-  const std::string wrapper = p.batch["template"]["command"][2];
+  EXPECT_EQ(p.batch.max_concurrent, 2);
+  EXPECT_EQ(p.batch.trials.size(), 4u);
+  EXPECT_EQ(p.batch.job_template["env"]["SLURM_ARRAY_TASK_ID"], "{task}");
+  const std::string wrapper = p.batch.job_template["command"][2];
   EXPECT_NE(wrapper.find("'logs/'\"$SLURM_JOB_NAME\"'_'"), std::string::npos) << wrapper;
 }
 
 TEST(SbatchTest, OutputPatternsAndSignals) {
   SbatchPlan p = Plan("#!/bin/bash\n#SBATCH -o out-%j.txt -e err-%N.txt\n#SBATCH --time=10\n"
                       "#SBATCH --signal=B:TERM@60\n");
-  const std::string wrapper = p.spec["command"][2];
+  const std::string wrapper = p.spec.command[2];
   EXPECT_NE(wrapper.find("'out-'\"$SLURM_JOB_ID\"'.txt'"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("'err-'\"$SLURMD_NODENAME\"'.txt'"), std::string::npos) << wrapper;
-  EXPECT_EQ(p.spec["max_runtime"], 540);
-  EXPECT_EQ(p.spec["grace"], 60);
+  EXPECT_EQ(p.spec.max_runtime_s, 540);
+  EXPECT_EQ(p.spec.grace_s, 60);
   p = Plan("#!/bin/bash\n#SBATCH --output=/scratch/me/run.out\n");
-  EXPECT_NE(std::string(p.spec["command"][2]).find("'run.out'"), std::string::npos);
+  EXPECT_NE(p.spec.command[2].find("'run.out'"), std::string::npos);
   ASSERT_EQ(p.warnings.size(), 2u);  // the absolute path, and no GPUs asked for
 }
 
 TEST(SbatchTest, DependenciesAndHarmlessDirectives) {
   SbatchPlan p = Plan("#!/bin/bash\n#SBATCH --gres=gpu:1\n#SBATCH --dependency=afterok:j-1:j-2,afterany:j-3\n"
                       "#SBATCH --mail-type=END\n#SBATCH --account=lab\n#SBATCH --requeue\n");
-  EXPECT_EQ(p.spec["depends_on"].size(), 3u);
-  EXPECT_EQ(p.spec["depends_on"][2]["condition"], "afterany");
+  EXPECT_EQ(p.spec.depends_on.size(), 3u);
+  EXPECT_EQ(p.spec.depends_on[2].condition, "afterany");
   EXPECT_EQ(p.warnings.size(), 3u);
   EXPECT_NE(p.warnings[0].find("train.sh:"), std::string::npos) << p.warnings[0];
 }
@@ -124,5 +123,50 @@ TEST(SbatchTest, WhatWouldChangeTheResultIsRefusedNamingTheLine) {
   ExpectRefused("#!/bin/bash\n", "--begin", {"--begin=now+1h"});
 }
 
+TEST(SbatchTest, AnArrayTaskRunsTheJobWithItsArrayVariables) {
+  SbatchPlan p = Plan("#!/bin/bash\n#SBATCH --array=1,5 --gres=gpu:2\n#SBATCH -J sweep{x}\n");
+  ASSERT_TRUE(p.array);
+  ASSERT_EQ(p.batch.trials.size(), 2u);
+  EXPECT_EQ(p.batch.name, "sweep{x}");
+  EXPECT_EQ(p.batch.trials[1].id, "5");
+  auto task = TrialJobSpec(p.batch, p.batch.trials[1]);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ(task->name, "sweep{x}");  // braces of the script are literal
+  EXPECT_EQ(task->resources.gpu_count, 2);
+  EXPECT_TRUE(task->slurm);
+  EXPECT_EQ(task->env.at("SLURM_ARRAY_TASK_ID"), "5");
+  EXPECT_EQ(task->env.at("SLURM_ARRAY_TASK_COUNT"), "2");
+  EXPECT_EQ(task->env.at("SLURM_ARRAY_TASK_MIN"), "1");
+  EXPECT_EQ(task->env.at("SLURM_ARRAY_TASK_MAX"), "5");
+  EXPECT_EQ(task->command, p.spec.command);
+}
+
+TEST(SbatchTest, ScriptArgumentsFollowTheScriptAndNiceIsPriority) {
+  SbatchPlan p = Plan("#!/bin/bash\n#SBATCH --nice=100\n#SBATCH --mem-per-gpu=8G\n#SBATCH --gpus-per-node=2\n",
+                      {}, {"--epochs", "3"});
+  ASSERT_EQ(p.spec.command.size(), 6u);
+  EXPECT_EQ(p.spec.command[0], "/bin/bash");
+  EXPECT_EQ(p.spec.command[3], "train.sh");
+  EXPECT_EQ(p.spec.command[4], "--epochs");
+  EXPECT_EQ(p.spec.command[5], "3");
+  EXPECT_EQ(p.spec.priority, -100);
+  EXPECT_EQ(p.spec.resources.memory_mb, 2 * 8192);
+  EXPECT_TRUE(p.spec.code.empty()) << "the caller uploads the script";
+}
+
+TEST(SbatchTest, ABadGpuTypeIsRefusedNamingTheLine) {
+  ExpectRefused("#!/bin/bash\n\n#SBATCH --gres=gpu:???:2\n", "train.sh:3: --gres: \"???\" is not a GPU model");
+}
+
+TEST(SbatchTest, OptionsThatTakeTheNextWord) {
+  EXPECT_TRUE(SbatchOptionTakesNextWord("-t"));
+  EXPECT_TRUE(SbatchOptionTakesNextWord("--time"));
+  EXPECT_FALSE(SbatchOptionTakesNextWord("--time=5"));
+  EXPECT_FALSE(SbatchOptionTakesNextWord("-t5"));
+  EXPECT_FALSE(SbatchOptionTakesNextWord("--parsable"));
+  EXPECT_FALSE(SbatchOptionTakesNextWord("--no-such-option"));
+  EXPECT_FALSE(SbatchOptionTakesNextWord("train.sh"));
+}
+
 }  // namespace
-}  // namespace tide::cli
+}  // namespace tide::api
