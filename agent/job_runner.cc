@@ -92,7 +92,10 @@ void JobRunner::ControlMain() {
       outcome.message = "stopped before the job started";
     }
   }
+  // The job's max_runtime counts from its launch.
+  int64_t launched = 0;
   if (prepared.ok() && !stopped_early) {
+    launched = deps_.clock->MonotonicMs();
     Result<std::unique_ptr<Process>> started = deps_.runtime->Start(spec);
     if (started.ok()) {
       process = std::move(*started);
@@ -123,7 +126,7 @@ void JobRunner::ControlMain() {
       state_.job_uid = process->uid();
     }
     state_.cv.notify_all();
-    RunProcess(process.get());
+    RunProcess(process.get(), launched);
     process.reset();
     std::lock_guard<std::mutex> lock(state_.mu);
     outcome = state_.outcome;
@@ -294,8 +297,7 @@ void JobRunner::BeginStop(Process* process, const std::string& reason, int64_t g
   if (grace_s > 0) (void)process->Signal(SIGTERM);
 }
 
-void JobRunner::RunProcess(Process* process) {
-  const int64_t start = deps_.clock->MonotonicMs();
+void JobRunner::RunProcess(Process* process, int64_t start) {
   const int64_t runtime_deadline =
       job_.spec.max_runtime_s > 0 ? start + job_.spec.max_runtime_s * 1000 : INT64_MAX;
   std::string reason;  // ours, once we decided to stop the job

@@ -77,7 +77,9 @@ class JobRunner {
   // Calls `fetch` until it succeeds, is refused, a stop is ordered or a
   // minute passes (a server restart).
   Result<std::string> FetchPatiently(const std::function<Result<std::string>()>& fetch);
-  void RunProcess(Process* process);
+  // Watches the process launched at `start` (monotonic ms): its output,
+  // stop orders, max_runtime, its exit.
+  void RunProcess(Process* process, int64_t start);
   void BeginStop(Process* process, const std::string& reason, int64_t grace_s);
   // Appends a line of the agent's own to the job's log ("tide: ...").
   void LogLine(const std::string& line);

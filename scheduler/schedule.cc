@@ -1,6 +1,7 @@
 #include "scheduler/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <climits>
 #include <map>
 #include <memory>
@@ -213,21 +214,38 @@ bool Pass::MayBackfill(const PendingJob& job, size_t node) const {
   return job.max_runtime_ms > 0 && in_.now_ms + job.max_runtime_ms <= reserved_from_[node];
 }
 
+// The cheapest node that can take the job now; among equally cheap ones
+// the best fit (the fewest free matching GPUs that still fit), then the
+// rest of the preference order. A gang takes its nodes one at a time so.
+// Buckets hold nodes by free GPUs, each in preference order, which is
+// price first: a bucket is left at its first node dearer than the best.
 std::vector<size_t> Pass::Select(const PendingJob& job, ShapeIndex& s, bool* capacity) {
   std::vector<size_t> chosen;
-  int roomy = 0;  // nodes with the GPUs and host room, reservations aside
-  for (size_t f = static_cast<size_t>(job.gpu_count); f < s.buckets.size(); ++f) {
-    for (uint32_t rank : s.buckets[f]) {
-      size_t node = by_pref_[rank];
-      if (!HostRoom(job, node)) continue;
-      ++roomy;
-      if (!MayBackfill(job, node)) continue;
-      chosen.push_back(node);
-      if (static_cast<int>(chosen.size()) == job.nodes) {
-        *capacity = true;
-        return chosen;
+  auto taken = [&](size_t node) {
+    return std::find(chosen.begin(), chosen.end(), node) != chosen.end();
+  };
+  while (static_cast<int>(chosen.size()) < job.nodes) {
+    size_t best = SIZE_MAX;
+    for (size_t f = static_cast<size_t>(job.gpu_count); f < s.buckets.size(); ++f) {
+      for (uint32_t rank : s.buckets[f]) {
+        size_t node = by_pref_[rank];
+        if (best != SIZE_MAX && in_.nodes[node].price >= in_.nodes[best].price) break;
+        if (taken(node) || !HostRoom(job, node) || !MayBackfill(job, node)) continue;
+        best = node;
+        break;
       }
     }
+    if (best == SIZE_MAX) break;
+    chosen.push_back(best);
+  }
+  if (static_cast<int>(chosen.size()) == job.nodes) {
+    *capacity = true;
+    return chosen;
+  }
+  // Not now: is it for want of GPUs and host room, or only reservations?
+  int roomy = 0;
+  for (size_t f = static_cast<size_t>(job.gpu_count); f < s.buckets.size(); ++f) {
+    for (uint32_t rank : s.buckets[f]) roomy += HostRoom(job, by_pref_[rank]) ? 1 : 0;
   }
   *capacity = roomy >= job.nodes;
   return {};

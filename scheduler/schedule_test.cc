@@ -181,6 +181,33 @@ TEST(Placement, BestFitKeepsWholeNodesFree) {
   EXPECT_EQ(plan.placements[0].allocs[0].gpus, (std::vector<int>{6, 7}));
 }
 
+TEST(Placement, NeverDearerThanTheCheapestFreeNodeThatFits) {
+  // A whole free A100 node at 10 and a half-used RTX4090 node at 0.4: a
+  // job without a GPU type goes to the cheap one even though the dear one
+  // would fit it best; packing only breaks ties of price.
+  std::vector<NodeView> nodes = {Node("a100", 1, "A100"), Node("rtx", 4), Node("rtx-free", 4)};
+  nodes[0].price = 10'000'000;
+  nodes[1].price = nodes[2].price = 400'000;
+  Use(nodes[1], {0, 1});
+  std::vector<PendingJob> q = {Job("any", 1)};
+  Plan plan = Schedule({nodes, q});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].allocs[0].node_id, "rtx") << "cheapest, then the best fit";
+  // Asked for what only the dear node has: it goes there.
+  q[0].gpu_types = {"A100"};
+  plan = Schedule({nodes, q});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].allocs[0].node_id, "a100");
+  // A gang of two takes the two cheap nodes, not the dear one.
+  q = {Job("gang", 1)};
+  q[0].nodes = 2;
+  plan = Schedule({nodes, q});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  std::set<std::string> used;
+  for (const auto& a : plan.placements[0].allocs) used.insert(a.node_id);
+  EXPECT_EQ(used, (std::set<std::string>{"rtx", "rtx-free"}));
+}
+
 TEST(Placement, CheaperThenMoreReliable) {
   std::vector<NodeView> nodes = {Node("dear", 1), Node("flaky", 1), Node("solid", 1)};
   nodes[0].price = 5;

@@ -6,6 +6,7 @@
 
 #include "common/token.h"
 #include "ledger/cards.h"
+#include "scheduler/feasibility.h"
 
 namespace tide::server {
 
@@ -150,20 +151,34 @@ Micros Accounts::Rate(const api::Node& node, int gpu, const api::JobSpec& spec) 
 
 Micros Accounts::MaxRate(const api::JobSpec& spec, const JobState& jobs) const {
   const auto& types = spec.resources.gpu_types;
-  auto wanted = [&](const api::Gpu& g) {
-    if (!types.empty() && std::find(types.begin(), types.end(), g.model) == types.end()) return false;
-    return g.memory_mb >= spec.resources.gpu_memory_mb;
-  };
+  // The nodes that could ever hold the job (GPU model and memory, GPUs per
+  // node, labels, image, host size), whatever their state now: a lost or
+  // draining node may take it later. The dearest matching GPU among them
+  // that is not above max_price is the worst case.
+  sched::PendingJob shape = PendingOfSpec(spec);
+  shape.max_price = 0;  // prices are looked at per GPU below
   Micros best = 0;
   bool any = false;
   for (const auto& [id, n] : jobs.nodes()) {
+    sched::NodeView v;
+    v.labels = n.node.labels;
+    v.images = n.node.images;
+    v.cpus = v.cpus_free = n.node.cpus;
+    v.memory_mb = v.memory_free_mb = n.node.memory_mb;
+    for (const auto& g : n.node.gpus) v.gpus.push_back({g.index, g.model, g.memory_mb, true});
+    if (sched::UsableGpus(shape, v) < spec.resources.gpu_count) continue;
+    int affordable = 0;
+    Micros dearest = 0;
     for (const auto& g : n.node.gpus) {
-      if (!wanted(g)) continue;
+      if (!sched::GpuMatches(shape, {g.index, g.model, g.memory_mb, true})) continue;
       Micros r = Rate(n.node, g.index, spec);
-      if (spec.max_price > 0 && r > spec.max_price) continue;  // never placed there
-      best = std::max(best, r);
-      any = true;
+      if (spec.max_price > 0 && r > spec.max_price) continue;  // never placed on it
+      ++affordable;
+      dearest = std::max(dearest, r);
     }
+    if (affordable < spec.resources.gpu_count) continue;
+    best = std::max(best, dearest);
+    any = true;
   }
   if (!any) {
     // No such node yet: the list prices of the models it accepts.
@@ -257,6 +272,19 @@ Status Accounts::Admit(const std::string& owner, const std::string& escrow_id, M
   TIDE_RETURN_IF_ERROR(Apply(std::move(tx)));
   escrows_[owner].insert(ledger::EscrowAccount(escrow_id));
   return Status::Ok();
+}
+
+Status Accounts::EnsureHeld(const JobEntry& e, Micros rate, const std::string& where) {
+  if (!e.job.batch.empty()) return Status::Ok();
+  const Micros held = ledger_.Balance(EscrowOf(e.job)) + Charged(e.job);
+  const Micros need = WorstCase(e.job.spec, rate) - held;
+  if (need <= 0) return Status::Ok();
+  return Admit(e.job.owner, e.job.id, need,
+               "placing it on " + where + " (" + ledger::FormatCredits(rate) +
+                   " credits per GPU-hour)",
+               "beyond the " + ledger::FormatCredits(held) +
+                   " held when it was submitted, before that node joined",
+               "set max_price to keep it to cheaper nodes");
 }
 
 Micros Accounts::Held(const std::string& user) const {

@@ -102,6 +102,13 @@ class Accounts {
   Status Admit(const std::string& owner, const std::string& escrow_id, ledger::Micros hold,
                const std::string& what, const std::string& because, const std::string& remedy);
 
+  // A job about to be placed at `rate` (its dearest node's): if nodes
+  // dearer than any at its submission joined since, the escrow grows to
+  // the worst case at that rate, or the placement is refused with the
+  // numbers (`where` names the node). Trials are bounded by their batch's
+  // gate instead.
+  Status EnsureHeld(const JobEntry& e, ledger::Micros rate, const std::string& where);
+
   // --- meter ---
   // Charges each started rank of the job's current attempt up to `until`
   // (and never past a lost node's last heartbeat).

@@ -178,7 +178,7 @@ Result<Estimate> Core::EstimateCost(const api::JobSpec& spec, double hours, int6
   out.reserve = ledger::PartOf(out.base, reserve_ppm);
   out.total = out.base + out.reserve;
   // When it would start: a what-if run with the job in the queue.
-  sched::PendingJob p = PlanApplier::PendingOfSpec(spec);
+  sched::PendingJob p = PendingOfSpec(spec);
   p.id = "estimate";
   p.account = "estimate";
   p.max_runtime_ms = static_cast<int64_t>(hours * 3'600'000.0);

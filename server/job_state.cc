@@ -52,6 +52,24 @@ int RankIn(const Job& job, int attempt, const std::string& node_id) {
   return -1;
 }
 
+sched::PendingJob PendingOfSpec(const api::JobSpec& spec) {
+  const api::Resources& r = spec.resources;
+  sched::PendingJob p;
+  p.tier = spec.tier == "spot" ? sched::Tier::kSpot : sched::Tier::kOnDemand;
+  p.priority = spec.priority;
+  p.nodes = r.nodes;
+  p.gpu_count = r.gpu_count;
+  p.gpu_types = r.gpu_types;
+  p.gpu_memory_mb = r.gpu_memory_mb;
+  p.cpus = r.cpus;
+  p.memory_mb = r.memory_mb;
+  p.constraints = spec.constraints;
+  p.image = spec.image;
+  p.max_price = spec.max_price;
+  p.max_runtime_ms = spec.max_runtime_s * 1000;
+  return p;
+}
+
 std::string StopReason(const Job& job) {
   if (job.cancel_requested) return job.cancel_reason;
   if (job.preempt_requested) return "preempted";

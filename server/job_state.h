@@ -28,6 +28,7 @@
 
 #include "api/types.h"
 #include "common/clock.h"
+#include "scheduler/snapshot.h"
 #include "server/delivery.h"
 #include "store/store.h"
 
@@ -66,6 +67,8 @@ std::vector<std::pair<std::string, std::vector<int>>> Allocs(const api::Job& job
 int RankOn(const api::Job& job, const std::string& node_id);
 // The rank `node_id` ran in `attempt` of the job, or -1.
 int RankIn(const api::Job& job, int attempt, const std::string& node_id);
+// What the scheduler sees of a spec (its shape; no id, account or times).
+sched::PendingJob PendingOfSpec(const api::JobSpec& spec);
 // Why the current attempt is being stopped ("cancelled", "preempted"), or "".
 std::string StopReason(const api::Job& job);
 // A failure of the job itself, which its retry policy may run again.

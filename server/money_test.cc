@@ -344,5 +344,69 @@ TEST_F(MoneyTest, PropertyRandomLifecyclesKeepTheLedgerBalanced) {
   }
 }
 
+// RTX4090 at 0.4 and A100 at 10 credits per GPU-hour, no fee.
+ledger::PriceList TwoModels() {
+  ledger::PriceList prices;
+  prices.per_gpu_hour["RTX4090"] = 400'000;
+  prices.per_gpu_hour["A100"] = 10 * kMicrosPerCredit;
+  return prices;
+}
+
+api::JobSpec Hour(int gpus) {
+  api::JobSpec s = Spec(gpus);
+  s.max_runtime_s = 3600;
+  s.grace_s = 0;
+  return s;
+}
+
+TEST_F(MoneyTest, TheHoldIsTheWorstCaseOverTheNodesThatCanRunTheJob) {
+  ASSERT_TRUE(core_->SetPrices(TwoModels()).ok());
+  api::RegisterRequest partition = Machine("gpu", 8);
+  partition.labels["partition"] = "gpu";
+  AddNode(partition);
+  AddNode(Machine("a100", 1, "A100"));
+  Caller alice = Funded("alice", 100 * kMicrosPerCredit);
+  // Only the partition's RTX4090 node can run 8 GPUs labelled so: 8 x 0.4
+  // for the hour, not 8 x 10.
+  api::JobSpec eight = Hour(8);
+  eight.constraints["partition"] = "gpu";
+  auto job = core_->SubmitJob(alice, eight, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(core_->Balance(alice).escrow, 8 * 400'000);
+  // One GPU of any model could land on the A100: that is its worst case.
+  auto one = core_->SubmitJob(alice, Hour(1), "");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(core_->MoneyOf(one->first.id).escrow, 10 * kMicrosPerCredit);
+  ExpectBalanced();
+}
+
+TEST_F(MoneyTest, ADearerNodeThatJoinsLaterIsHeldForBeforeTheJobRunsThere) {
+  ASSERT_TRUE(core_->SetPrices(TwoModels()).ok());
+  std::string rtx = AddNode(Machine("rtx", 1));
+  Caller alice = Funded("alice", 5 * kMicrosPerCredit);
+  auto first = core_->SubmitJob(alice, Hour(1), "");
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(core_->JobEvent(rtx, first->first.id, {1, "running", std::nullopt, "", ""}).ok());
+  auto waiting = core_->SubmitJob(alice, Hour(1), "");
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(core_->MoneyOf(waiting->first.id).escrow, 400'000);
+  // An A100 joins: running the waiting job there needs 9.6 more credits
+  // in escrow than alice has left.
+  AddNode(Machine("a100", 1, "A100"));
+  auto refused = core_->GetJob(alice, waiting->first.id);
+  EXPECT_EQ(refused->status, JobStatus::kQueued);
+  EXPECT_NE(refused->pending_reason.find("placing it on a100"), std::string::npos)
+      << refused->pending_reason;
+  EXPECT_EQ(core_->MoneyOf(waiting->first.id).escrow, 400'000);
+  // With credit it runs there, its escrow grown to the A100's worst case.
+  auto codes = core_->MintCards(1, 20 * kMicrosPerCredit, 0);
+  ASSERT_TRUE(core_->Redeem(alice, codes->at(0)).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return core_->GetJob(alice, waiting->first.id)->status == JobStatus::kStarting;
+  }));
+  EXPECT_EQ(core_->MoneyOf(waiting->first.id).escrow, 10 * kMicrosPerCredit);
+  ExpectBalanced();
+}
+
 }  // namespace
 }  // namespace tide::server

@@ -79,24 +79,6 @@ void PlanApplier::Tick() {
 
 // ------------------------------------------------------------------ the snapshot
 
-sched::PendingJob PlanApplier::PendingOfSpec(const api::JobSpec& spec) {
-  const api::Resources& r = spec.resources;
-  sched::PendingJob p;
-  p.tier = TierOf(spec);
-  p.priority = spec.priority;
-  p.nodes = r.nodes;
-  p.gpu_count = r.gpu_count;
-  p.gpu_types = r.gpu_types;
-  p.gpu_memory_mb = r.gpu_memory_mb;
-  p.cpus = r.cpus;
-  p.memory_mb = r.memory_mb;
-  p.constraints = spec.constraints;
-  p.image = spec.image;
-  p.max_price = spec.max_price;
-  p.max_runtime_ms = spec.max_runtime_s * 1000;
-  return p;
-}
-
 sched::PendingJob PlanApplier::PendingOf(const JobEntry& e, int64_t now) const {
   sched::PendingJob p = PendingOfSpec(e.job.spec);
   p.id = e.job.id;
@@ -294,6 +276,15 @@ void PlanApplier::ApplyPlacements(const sched::Plan& plan) {
     auto rate_on = [&](const sched::NodeAlloc& alloc) {
       return accounts_->Rate(jobs_->FindNode(alloc.node_id)->node, alloc.gpus.front(), e->job.spec);
     };
+    // Never charged above what is held: a node dearer than any there was at
+    // submission must be paid for in escrow first.
+    ledger::Micros dearest = 0;
+    for (const auto& alloc : p.allocs) dearest = std::max(dearest, rate_on(alloc));
+    if (Status held = accounts_->EnsureHeld(*e, dearest, jobs_->FindNode(p.allocs[0].node_id)->node.name);
+        !held.ok()) {
+      e->job.pending_reason = held.message();
+      continue;
+    }
     api::Attempt a;
     a.attempt = e->job.attempt;
     a.node_id = p.allocs[0].node_id;

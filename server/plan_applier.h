@@ -76,8 +76,6 @@ class PlanApplier {
   SchedulerInput Snapshot(int64_t now, const std::vector<std::string>* only = nullptr) const;
   // A queued job as the scheduler sees it.
   sched::PendingJob PendingOf(const JobEntry& e, int64_t now) const;
-  // A spec that is not a job yet, as the scheduler would see it.
-  static sched::PendingJob PendingOfSpec(const api::JobSpec& spec);
 
   // --- fair share ---
   sched::FairShare& fair() { return fair_; }
