@@ -471,6 +471,23 @@ Result<Attempt> AttemptFromJson(const json& j) {
   return NoThrow("attempt", [&] { return AttemptFromJsonImpl(j); });
 }
 
+namespace {
+// What a job and an agent's assignment both carry: a trial's batch and
+// parameters, and the checkpoint the server holds.
+void AddTrialAndCheckpoint(const Job& job, json& j) {
+  if (!job.batch.empty()) {
+    j["batch"] = job.batch;
+    j["trial"] = job.trial;
+    j["params"] = job.params;
+  }
+  if (job.checkpoint_attempt > 0) {
+    j["checkpoint"] = {{"attempt", job.checkpoint_attempt},
+                       {"bytes", job.checkpoint_bytes},
+                       {"at", job.checkpoint_at}};
+  }
+}
+}  // namespace
+
 json ToJson(const Job& job) {
   json j = ToJson(job.spec);
   j["id"] = job.id;
@@ -495,16 +512,7 @@ json ToJson(const Job& job) {
   for (auto& a : job.attempts) attempts.push_back(ToJson(a));
   j["attempts"] = attempts;
   j["retries"] = job.retries;
-  if (!job.batch.empty()) {
-    j["batch"] = job.batch;
-    j["trial"] = job.trial;
-    j["params"] = job.params;
-  }
-  if (job.checkpoint_attempt > 0) {
-    j["checkpoint"] = {{"attempt", job.checkpoint_attempt},
-                       {"bytes", job.checkpoint_bytes},
-                       {"at", job.checkpoint_at}};
-  }
+  AddTrialAndCheckpoint(job, j);
   return j;
 }
 
@@ -808,16 +816,7 @@ json ToJson(const AgentWork& w) {
     j["attempt"] = job.attempt;
     j["node_id"] = job.node_id;
     j["gpus"] = job.gpus;
-    if (!job.batch.empty()) {
-      j["batch"] = job.batch;
-      j["trial"] = job.trial;
-      j["params"] = job.params;
-    }
-    if (job.checkpoint_attempt > 0) {
-      j["checkpoint"] = {{"attempt", job.checkpoint_attempt},
-                         {"bytes", job.checkpoint_bytes},
-                         {"at", job.checkpoint_at}};
-    }
+    AddTrialAndCheckpoint(job, j);
     // TIDE_RESTART_REASON: of the attempts, only why the one before ended.
     json before = json::array();
     for (const Attempt& prev : job.attempts) {
