@@ -164,12 +164,14 @@ Result<NewToken> Client::CreateUser(const std::string& name) {
   return NewToken{j->value("id", ""), j->value("token", "")};
 }
 
-Result<NewToken> Client::CreateJoinToken(const std::string& provider) {
+Result<NewJoinToken> Client::CreateJoinToken(const std::string& provider, bool create_provider) {
   json body = json::object();
   if (!provider.empty()) body["provider"] = provider;
+  if (create_provider) body["create_provider"] = true;
   auto j = Call("POST", "/v1/admin/join-tokens", body);
   if (!j.ok()) return j.status();
-  return NewToken{j->value("id", ""), j->value("token", "")};
+  return NewJoinToken{j->value("id", ""), j->value("token", ""), j->value("provider_id", ""),
+                      j->value("provider_token", "")};
 }
 
 Result<json> Client::Register(const RegisterRequest& req) {

@@ -39,6 +39,13 @@ struct NewToken {
   std::string token;  // the secret, shown once
 };
 
+struct NewJoinToken {
+  std::string id;     // "jt-…": names the token without revealing it
+  std::string token;  // the secret, shown once
+  std::string provider_id;     // the agents' owner; "" = the operator
+  std::string provider_token;  // the provider's API token, when this call created the account
+};
+
 class Client {
  public:
   // `token` may be empty for unauthenticated calls (health).
@@ -81,8 +88,10 @@ class Client {
 
   // --- admin ---
   Result<NewToken> CreateUser(const std::string& name);
-  // Agents joining with it belong to `provider` (a user name or id).
-  Result<NewToken> CreateJoinToken(const std::string& provider = "");
+  // Agents joining with it belong to `provider` (a user name or id). With
+  // `create_provider`, a provider name that is no user yet becomes one.
+  Result<NewJoinToken> CreateJoinToken(const std::string& provider = "",
+                                       bool create_provider = false);
 
   // --- agent (token: join token for Register, node token afterwards) ---
   Result<json> Register(const RegisterRequest& req);

@@ -199,19 +199,8 @@ Status PlanTime(const Directives& d, JobSpec* spec) {
 
 // --dependency=afterok:1:2,afterany:3
 Status PlanDependencies(const Directives& d, const Opt& o, JobSpec* spec) {
-  if (o.value.find('?') != std::string::npos) return d.Fail(o, "\"?\" (any of) cannot be honoured");
-  for (const std::string& item : Split(o.value, ',')) {
-    size_t colon = item.find(':');
-    std::string kind = item.substr(0, colon);
-    if (kind != "afterok" && kind != "afterany" && kind != "afternotok") {
-      return d.Fail(o, "\"" + kind + "\" cannot be honoured (afterok, afterany and afternotok can)");
-    }
-    if (colon == std::string::npos) return d.Fail(o, "\"" + item + "\" names no job");
-    for (const std::string& id : Split(item.substr(colon + 1), ':')) {
-      if (id.empty()) return d.Fail(o, "an empty job id");
-      spec->depends_on.push_back({kind, id});
-    }
-  }
+  Status parsed = ParseSlurmDependency(o.value, /*bare_id_is_afterok=*/false, &spec->depends_on);
+  if (!parsed.ok()) return d.Fail(o, parsed.message());
   return Status::Ok();
 }
 

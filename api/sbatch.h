@@ -37,6 +37,13 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
                               const std::vector<std::string>& cli_options,
                               const std::vector<std::string>& script_args);
 
+// --dependency: "afterok:ID[:ID...][,afterany:ID...]" (afterok, afterany,
+// afternotok) appended to `out`. With `bare_id_is_afterok` a plain "ID" means
+// afterok:ID (what `tide submit --depends-on ID` takes). Messages name the
+// part that cannot be honoured; the caller names the option.
+Status ParseSlurmDependency(const std::string& text, bool bare_id_is_afterok,
+                            std::vector<JobSpec::Dependency>* out);
+
 // Slurm's --time: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",
 // "D-HH:MM:SS"; 0 seconds for UNLIMITED.
 Result<int64_t> ParseSlurmTime(const std::string& text);

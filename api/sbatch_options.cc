@@ -276,6 +276,36 @@ Result<int64_t> ParseSlurmTime(const std::string& text) {
   return s;
 }
 
+Status ParseSlurmDependency(const std::string& text, bool bare_id_is_afterok,
+                            std::vector<JobSpec::Dependency>* out) {
+  if (text.find('?') != std::string::npos) {
+    return Status::InvalidArgument("\"?\" (any of) cannot be honoured");
+  }
+  if (text.empty()) return Status::InvalidArgument("names no job");
+  auto known = [](const std::string& kind) {
+    return kind == "afterok" || kind == "afterany" || kind == "afternotok";
+  };
+  for (const std::string& item : sbatch::Split(text, ',')) {
+    size_t colon = item.find(':');
+    std::string kind = item.substr(0, colon);
+    std::string ids = colon == std::string::npos ? "" : item.substr(colon + 1);
+    if (bare_id_is_afterok && colon == std::string::npos && !item.empty() && !known(kind)) {
+      kind = "afterok";
+      ids = item;
+    } else if (!known(kind)) {
+      return Status::InvalidArgument("\"" + kind +
+                                     "\" cannot be honoured (afterok, afterany and afternotok can)");
+    } else if (colon == std::string::npos) {
+      return Status::InvalidArgument("\"" + item + "\" names no job");
+    }
+    for (const std::string& id : sbatch::Split(ids, ':')) {
+      if (id.empty()) return Status::InvalidArgument("an empty job id");
+      out->push_back({kind, id});
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseSlurmArray(const std::string& text, std::vector<int>* tasks, int* max_concurrent) {
   std::string spec = text;
   *max_concurrent = 0;

@@ -495,6 +495,9 @@ json ToJson(const Job& job) {
   j["status"] = JobStatusName(job.status);
   j["reason"] = job.reason;
   j["pending_reason"] = job.pending_reason;
+  if (job.pending_reason_provisional && !job.pending_reason.empty()) {
+    j["pending_reason_provisional"] = true;
+  }
   if (job.expected_start > 0) j["expected_start"] = job.expected_start;
   j["exit_code"] = job.exit_code ? json(*job.exit_code) : json(nullptr);
   j["attempt"] = job.attempt;
@@ -538,6 +541,7 @@ Result<Job> JobFromJsonImpl(const json& j) {
   job.status = *st;
   job.reason = j.value("reason", "");
   job.pending_reason = j.value("pending_reason", "");
+  job.pending_reason_provisional = j.value("pending_reason_provisional", false);
   job.expected_start = j.value("expected_start", int64_t{0});
   if (j.contains("exit_code") && j["exit_code"].is_number_integer()) job.exit_code = j["exit_code"].get<int>();
   job.attempt = j.value("attempt", 1);

@@ -140,6 +140,10 @@ struct Job {
   JobStatus status = JobStatus::kQueued;
   std::string reason;          // detail of the status: timeout, exit_code:3, node_lost, ...
   std::string pending_reason;  // while queued: why it is not running yet
+  // The reason came from a pass over just the new jobs, which counts the
+  // jobs ahead as if the new one ranked last; the next full pass (within a
+  // tick) ranks it as `tide queue` shows.
+  bool pending_reason_provisional = false;
   int64_t expected_start = 0;  // while queued: when it is expected to start (unix ms), 0 = unknown
   std::optional<int> exit_code;
   int attempt = 1;

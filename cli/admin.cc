@@ -3,8 +3,11 @@
 //
 //   tide admin user add NAME   creates a user and prints its API token
 //   tide admin join-token [--provider USER]
-//                              creates a join token for `tide agent`; the
-//                              provider earns what its nodes' jobs pay
+//                              creates a join token for `tide agent` and
+//                              prints the command to paste; the provider
+//                              earns what its nodes' jobs pay, and is
+//                              created (its token printed) if no such user
+//                              exists
 //   tide admin prices set MODEL=CREDITS ... [--spot-discount F] [--fee F]
 //   tide admin prices show     the price list (credits per GPU-hour)
 //   tide admin cards mint --count N --value V [--expires DATE]
@@ -31,8 +34,9 @@ namespace {
 int PrintAdminError(const Status& status) {
   int code = PrintError(status);
   if (status.code() == Code::kPermissionDenied || status.code() == Code::kUnauthenticated) {
-    std::cerr << "hint: admin commands need the admin token: set TIDE_ADMIN_TOKEN (a server "
-                 "keeps it in DATA_DIR/admin.token; `tide dev` in .tide/server/admin.token).\n";
+    std::cerr << "hint: admin commands need the admin token: set TIDE_ADMIN_TOKEN (or "
+                 "TIDE_TOKEN) to it; a server keeps it in DATA_DIR/admin.token, `tide dev` in "
+                 ".tide/server/admin.token.\n";
   }
   return code;
 }
@@ -60,14 +64,24 @@ int RunUserAdd(const UserAddOptions& opts) {
 int RunJoinToken(OutputFormat format, const std::string& provider) {
   auto client = NewClient(/*admin=*/true);
   if (!client.ok()) return PrintError(client.status());
-  auto token = (*client)->CreateJoinToken(provider);
+  auto token = (*client)->CreateJoinToken(provider, /*create_provider=*/!provider.empty());
   if (!token.ok()) return PrintAdminError(token.status());
   if (format == OutputFormat::kJson) {
-    PrintJson({{"id", token->id}, {"token", token->token}});
+    json out = {{"id", token->id}, {"token", token->token}};
+    if (!provider.empty()) out["provider_id"] = token->provider_id;
+    if (!token->provider_token.empty()) out["provider_token"] = token->provider_token;
+    PrintJson(out);
     return kExitOk;
   }
-  std::cerr << "Join token (" << token->id << "); on a GPU machine run:\n  tide agent --server "
-            << ConnectionFromEnv(true).server << " --join-token TOKEN\n";
+  if (!token->provider_token.empty()) {
+    std::cerr << "Created provider account " << provider << " (" << token->provider_id
+              << "); its API token, for tide provider earnings, shown once:\n  "
+              << token->provider_token << "\n";
+  }
+  std::cerr << "Join token " << token->id;
+  if (!provider.empty()) std::cerr << " for provider " << provider;
+  std::cerr << ". On a GPU machine run:\n  tide agent --server " << ConnectionFromEnv(true).server
+            << " --join-token " << token->token << "\n";
   std::cout << token->token << std::endl;
   return kExitOk;
 }
@@ -279,7 +293,8 @@ void AddAdminCommands(CLI::App& app) {
   auto provider = std::make_shared<std::string>();
   CLI::App* join = admin->add_subcommand("join-token", "Create a join token for a new agent");
   join->add_option("--provider", *provider,
-                   "User who owns the agents that join with it (and earns what they run)");
+                   "User who owns the agents that join with it and earns what they run "
+                   "(created if no such user exists)");
   AddOutputFlag(join, join_format.get());
   SetAction(join, [join_format, provider] { return RunJoinToken(*join_format, *provider); });
 

@@ -1,9 +1,13 @@
 // `tide batch ...`: sweeps of many trials of one job template.
 //
-//   tide batch submit FILE [--code DIR] [-o json]
+//   tide batch submit FILE [--template SPEC] [job flags] [--code DIR] [-o json]
+//                     [-- COMMAND ARGS...]
 //                                        a JSON or YAML batch file (docs/batches.md);
-//                                        checked here first, so a bad file is
-//                                        refused with its line and nothing is sent
+//                                        the template may come from --template, the
+//                                        job flags of `tide submit` and the command
+//                                        after "--" instead of the file; checked here
+//                                        first, so a bad file is refused with its line
+//                                        and nothing is sent
 //   tide batch status ID [--once]        counts by status and a progress bar, kept
 //                                        live on a terminal until every trial ended
 //   tide batch ls                        your batches, newest first
@@ -14,8 +18,11 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
+
+#include "cli/batch.h"
 
 #include "api/batch.h"
 #include "api/http_client.h"
@@ -26,12 +33,64 @@
 
 namespace tide::cli {
 
+Status MergeBatchTemplate(const json* template_file, const SubmitFlags& flags, json* batch) {
+  const bool in_file = batch->contains("template") && !(*batch)["template"].is_null();
+  if (in_file && !(*batch)["template"].is_object()) {
+    return Status::InvalidArgument("must be a job spec (a mapping)", "template");
+  }
+  if (in_file && template_file != nullptr) {
+    return Status::InvalidArgument(
+        "the file has a template and --template names another: give one of them", "template");
+  }
+  json tmpl = in_file ? (*batch)["template"] : json::object();
+  if (template_file != nullptr) {
+    if (!template_file->is_object()) {
+      return Status::InvalidArgument("--template: a job spec must be a mapping of fields", "template");
+    }
+    tmpl = *template_file;
+  }
+  std::vector<std::string> set;
+  Status st = MergeSubmitFlags(flags, &tmpl, &set);
+  if (!st.ok()) {
+    return Status::InvalidArgument(st.message(), "template" + (st.field().empty() ? "" : "." + st.field()));
+  }
+  if (!in_file && template_file == nullptr && !tmpl.contains("command")) {
+    return Status::InvalidArgument(
+        "is required: the job spec of every trial. Give it in the file, with --template "
+        "SPEC, or as the command after \"--\": tide batch submit FILE -- python3 train.py "
+        "--lr {learning_rate}",
+        "template");
+  }
+  if (in_file || template_file != nullptr || !set.empty()) (*batch)["template"] = std::move(tmpl);
+  return Status::Ok();
+}
+
+std::vector<std::string> BatchResultsHeader(const std::set<std::string>& params,
+                                            const std::set<std::string>& metrics) {
+  const std::set<std::string> fixed = {"trial", "status", "attempts", "cost"};
+  std::vector<std::string> header = {"trial"};
+  for (const auto& p : params) header.push_back(metrics.count(p) || fixed.count(p) ? "param." + p : p);
+  for (const char* c : {"status", "attempts", "cost"}) header.push_back(c);
+  for (const auto& m : metrics) header.push_back(params.count(m) || fixed.count(m) ? "metric." + m : m);
+  return header;
+}
+
 namespace {
 
 constexpr int kBatchTimeoutMs = 300'000;  // a 10,000-trial batch is one transaction
 
-int RunSubmit(const std::string& file, const std::string& key, const std::string& code_dir,
-              OutputFormat format) {
+struct SubmitArgs {
+  std::string file, key, code_dir, template_file;
+  SubmitFlags flags;
+  OutputFormat format = OutputFormat::kTable;
+};
+
+int RunSubmit(SubmitArgs& args) {
+  const std::string& file = args.file;
+  const std::string& key = args.key;
+  const std::string& code_dir = args.code_dir;
+  const OutputFormat format = args.format;
+  args.flags.command = TrailingArgs();
   auto text = ReadFile(file);
   if (!text.ok()) return PrintError(text.status());
   auto doc = api::ParseYamlDocument(*text, file);
@@ -39,6 +98,14 @@ int RunSubmit(const std::string& file, const std::string& key, const std::string
   if (!doc->value.is_object()) {
     return PrintError(Status::InvalidArgument(file + ": a batch file must be a mapping of fields"));
   }
+  std::optional<json> template_json;
+  if (!args.template_file.empty()) {
+    auto t = api::LoadSpecFile(args.template_file);
+    if (!t.ok()) return PrintError(t.status());
+    template_json = std::move(t).value();
+  }
+  Status merged = MergeBatchTemplate(template_json ? &*template_json : nullptr, args.flags, &doc->value);
+  if (!merged.ok()) return PrintError(api::AtLine(*doc, file, merged));
   auto spec = api::BatchSpecFromJson(doc->value);
   if (!spec.ok()) return PrintError(api::AtLine(*doc, file, spec.status()));
   auto client = NewClient();
@@ -183,10 +250,7 @@ int RunResults(const std::string& id, OutputFormat format) {
     for (auto& [k, v] : r["params"].items()) params.insert(k);
     for (auto& [k, v] : r["metrics"].items()) metrics.insert(k);
   }
-  std::vector<std::string> header = {"trial"};
-  header.insert(header.end(), params.begin(), params.end());
-  for (const char* c : {"status", "attempts", "cost"}) header.push_back(c);
-  header.insert(header.end(), metrics.begin(), metrics.end());
+  std::vector<std::string> header = BatchResultsHeader(params, metrics);
   auto row = [&](const json& r) {
     std::vector<std::string> cells = {JsonString(r, "id")};
     for (const auto& p : params) cells.push_back(r["params"].contains(p) ? JsonText(r["params"][p]) : "");
@@ -225,22 +289,24 @@ void AddBatchCommands(CLI::App& app) {
   CLI::App* batch = app.add_subcommand("batch", "Sweeps: many trials of one job template");
   batch->require_subcommand(1);
 
-  struct SubmitArgs {
-    std::string file, key, code_dir;
-    OutputFormat format = OutputFormat::kTable;
-  };
   auto submit_args = std::make_shared<SubmitArgs>();
   CLI::App* submit = batch->add_subcommand("submit", "Submit a batch file (JSON or YAML)");
+  submit->footer(
+      "The template of every trial comes from the file, or from --template, the job flags\n"
+      "and the command after \"--\" (flags override the template; {name} is a parameter):\n"
+      "  tide batch submit seed.json --gpus 1 -- python3 train.py --lr {learning_rate}\n"
+      "  tide batch submit seed.json --template spec.yaml --code .");
   submit->add_option("file", submit_args->file, "Batch file")->required();
+  submit->add_option("--template", submit_args->template_file,
+                     "Job spec (YAML or JSON) of every trial, for a file without a template")
+      ->check(CLI::ExistingFile);
+  AddJobFlags(submit, std::shared_ptr<SubmitFlags>(submit_args, &submit_args->flags));
   submit->add_option("--idempotency-key", submit_args->key,
                      "Submitting again with the same key returns the first batch");
   submit->add_option("--code", submit_args->code_dir,
                      "Directory to pack and upload as every trial's code");
   AddOutputFlag(submit, &submit_args->format);
-  SetAction(submit, [submit_args] {
-    return RunSubmit(submit_args->file, submit_args->key, submit_args->code_dir,
-                     submit_args->format);
-  });
+  SetAction(submit, [submit_args] { return RunSubmit(*submit_args); });
 
   struct IdArgs {
     std::string id;

@@ -18,7 +18,7 @@ namespace {
 
 // The commands whose words after "--" are a command line to run.
 const std::vector<std::string>& CommandsTakingTrailingArgs() {
-  static const std::vector<std::string> kCommands = {"submit"};
+  static const std::vector<std::string> kCommands = {"submit", "batch"};
   return kCommands;
 }
 

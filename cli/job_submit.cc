@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "api/sbatch.h"
 #include "api/spec_file.h"
 #include "api/types.h"
 #include "cli/common.h"
@@ -150,6 +151,9 @@ int RunSubmit(SubmitOptions opts) {
   std::string line = std::string("status: ") + api::JobStatusName(job->status);
   if (!job->pending_reason.empty()) {
     line += " (" + job->pending_reason + ")";
+    if (job->pending_reason_provisional) {
+      line += "\n  provisional: the next scheduling pass ranks it; `tide queue` shows where";
+    }
   } else if (!job->reason.empty()) {
     line += " (" + job->reason + ")";
   }
@@ -189,7 +193,25 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
   if (!flags.image.empty()) put("image", flags.image);
   if (!flags.max_runtime.empty()) put("max_runtime", flags.max_runtime);
   if (!flags.grace.empty()) put("grace", flags.grace);
+  if (flags.spot && !flags.tier.empty() && flags.tier != "spot") {
+    return Status::InvalidArgument("--spot contradicts --tier " + flags.tier, "tier");
+  }
   if (!flags.tier.empty()) put("tier", flags.tier);
+  if (flags.spot) put("tier", "spot");
+  if (flags.priority) put("priority", *flags.priority);
+  if (flags.max_cost) put("max_cost", *flags.max_cost);
+  if (flags.max_price) put("max_price", *flags.max_price);
+  if (!flags.depends_on.empty()) {
+    std::vector<api::JobSpec::Dependency> deps;
+    Status parsed = api::ParseSlurmDependency(flags.depends_on, /*bare_id_is_afterok=*/true, &deps);
+    if (!parsed.ok()) {
+      return Status::InvalidArgument("--depends-on " + flags.depends_on + ": " + parsed.message(),
+                                     "depends_on");
+    }
+    json list = json::array();
+    for (const auto& d : deps) list.push_back({{"job", d.job}, {"condition", d.condition}});
+    put("depends_on", list);
+  }
   if (flags.retry_times) put("retry_times", *flags.retry_times);
   if (flags.network) put("network", true);
   if (!flags.code.empty()) put("code", flags.code);
@@ -219,6 +241,22 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
     if (!flags.memory.empty()) put_res("memory", flags.memory);
   }
 
+  if (!flags.constraints.empty()) {
+    auto labels = ObjectField(spec, "constraints");
+    if (!labels.ok()) return labels.status();
+    for (const auto& c : flags.constraints) {
+      size_t eq = c.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == c.size()) {
+        return Status::InvalidArgument(
+            "--constraint \"" + c + "\": expected KEY=VALUE (a node label, e.g. partition=gpu)",
+            "constraints");
+      }
+      std::string key = c.substr(0, eq);
+      (**labels)[key] = c.substr(eq + 1);
+      set.push_back("constraints." + key);
+    }
+  }
+
   if (!flags.env.empty()) {
     auto env = ObjectField(spec, "env");
     if (!env.ok()) return env.status();
@@ -243,38 +281,61 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
   return Status::Ok();
 }
 
-void AddSubmitCommand(CLI::App& app) {
-  auto opts = std::make_shared<SubmitOptions>();
-  CLI::App* cmd = app.add_subcommand("submit", "Submit a job from a spec file and/or flags");
-  cmd->footer(
-      "Flags override the spec file. The command to run follows \"--\":\n"
-      "  tide submit --gpus 2 --gpu-type RTX4090 -- python train.py --lr 3e-4\n"
-      "  tide submit job.yaml --name sweep-7 --env LR=0.1 --code .");
-  cmd->add_option("spec_file", opts->spec_file, "Job spec, YAML or JSON")->check(CLI::ExistingFile);
-  SubmitFlags& f = opts->flags;
-  cmd->add_option("--name", f.name, "Job name");
+void AddJobFlags(CLI::App* cmd, std::shared_ptr<SubmitFlags> flags) {
+  SubmitFlags& f = *flags;
   cmd->add_option_function<int>(
-      "--gpus", [opts](int n) { opts->flags.gpus = n; }, "Number of GPUs (per node; default 1)");
+      "--gpus", [flags](int n) { flags->gpus = n; }, "Number of GPUs (per node; default 1)");
   cmd->add_option_function<int>(
-      "-N,--nodes", [opts](int n) { opts->flags.nodes = n; },
+      "-N,--nodes", [flags](int n) { flags->nodes = n; },
       "Run on this many nodes at once (a gang; torchrun-ready environment)");
   cmd->add_option("--gpu-type", f.gpu_type, "GPU model, or a comma list of acceptable models");
   cmd->add_option("--gpu-memory", f.gpu_memory, "Minimum memory per GPU, e.g. 24GB");
   cmd->add_option_function<double>(
-      "--cpus", [opts](double n) { opts->flags.cpus = n; }, "CPUs");
+      "--cpus", [flags](double n) { flags->cpus = n; }, "CPUs");
   cmd->add_option("--memory", f.memory, "Host memory, e.g. 64GB");
   cmd->add_option("--image", f.image, "Container image (default: host)");
   cmd->add_option("--max-runtime", f.max_runtime, "Stop the job after this long, e.g. 2h");
   cmd->add_option("--grace", f.grace, "Notice before a stop turns into a kill, e.g. 30s");
   cmd->add_option("--tier", f.tier, "on-demand, or spot (cheaper, preemptible)")
       ->check(CLI::IsMember({"on-demand", "spot"}));
+  cmd->add_flag("--spot", f.spot, "Run as spot work (same as --tier spot)");
+  cmd->add_option_function<int>(
+         "--priority", [flags](int n) { flags->priority = n; },
+         "Order among your own jobs, -1000..1000 (higher first; default 0)")
+      ->check(CLI::Range(-api::kMaxPriority, api::kMaxPriority));
+  cmd->add_option("--constraint", f.constraints,
+                  "Node label the node must have, KEY=VALUE (repeatable), e.g. partition=gpu")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd->add_option_function<double>(
+      "--max-price", [flags](double p) { flags->max_price = p; },
+      "Highest price to pay, credits per GPU-hour");
+  cmd->add_option_function<double>(
+      "--max-cost", [flags](double c) { flags->max_cost = c; },
+      "Most the whole job may cost, credits (the hold is at most this)");
+  cmd->add_option("--depends-on", f.depends_on,
+                  "Start after other jobs: ID (afterok), or afterok:ID[:ID],afterany:ID,afternotok:ID");
   cmd->add_option("--retry-times", f.retry_times, "Run a failed job again, up to this many times")
-      ->check(CLI::Range(0, 100));
+      ->check(CLI::Range(0, api::kMaxRetryTimes));
   cmd->add_flag("--network", f.network,
                 "Give the job outbound network (it has only its own loopback without)");
   cmd->add_option("-e,--env", f.env, "Environment variable NAME=VALUE (or NAME to copy it)")
+      ->allow_extra_args(false)
       ->take_all();
-  cmd->add_option("-t,--tag", f.tags, "Tag (repeatable)")->take_all();
+  cmd->add_option("-t,--tag", f.tags, "Tag (repeatable)")->allow_extra_args(false)->take_all();
+}
+
+void AddSubmitCommand(CLI::App& app) {
+  auto opts = std::make_shared<SubmitOptions>();
+  CLI::App* cmd = app.add_subcommand("submit", "Submit a job from a spec file and/or flags");
+  cmd->footer(
+      "Flags override the spec file. The command to run follows \"--\":\n"
+      "  tide submit --gpus 2 --gpu-type RTX4090 -- python train.py --lr 3e-4\n"
+      "  tide submit job.yaml --name sweep-7 --env LR=0.1 --code .\n"
+      "  tide submit --constraint partition=gpu --max-price 0.5 --depends-on j-1 -- ./eval.sh");
+  cmd->add_option("spec_file", opts->spec_file, "Job spec, YAML or JSON")->check(CLI::ExistingFile);
+  cmd->add_option("--name", opts->flags.name, "Job name");
+  AddJobFlags(cmd, std::shared_ptr<SubmitFlags>(opts, &opts->flags));
   cmd->add_option("--code", opts->code_dir, "Directory to pack and upload as the job's code")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--idempotency-key", opts->idempotency_key,

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +12,10 @@
 #include <vector>
 
 #include "common/status.h"
+
+namespace CLI {
+class App;
+}
 
 namespace tide::cli {
 
@@ -26,6 +32,12 @@ struct SubmitFlags {
   std::string max_runtime;        // "2h"
   std::string grace;              // "30s"
   std::string tier;               // "on-demand" or "spot"
+  bool spot = false;              // --spot: tier spot
+  std::optional<int> priority;    // -1000..1000
+  std::vector<std::string> constraints;  // "KEY=VALUE" node labels
+  std::optional<double> max_cost;   // credits, the whole job
+  std::optional<double> max_price;  // credits per GPU-hour
+  std::string depends_on;  // "afterok:ID[:ID],afterany:ID" or "ID" (afterok)
   std::optional<int> retry_times;
   bool network = false;  // --network: outbound network for the job
   std::vector<std::string> env;   // "K=V", or "K" to copy K from this environment
@@ -45,5 +57,10 @@ Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view 
 // where a flag must write (e.g. "resources" that is not a mapping).
 Status MergeSubmitFlags(const SubmitFlags& flags, nlohmann::json* spec,
                         std::vector<std::string>* set_fields = nullptr);
+
+// The job-shaping flags of `tide submit` (all of SubmitFlags but name,
+// command and code), on `cmd`; `tide batch submit` takes them too, for its
+// template.
+void AddJobFlags(CLI::App* cmd, std::shared_ptr<SubmitFlags> flags);
 
 }  // namespace tide::cli

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "api/types.h"
+
 namespace tide::cli {
 namespace {
 
@@ -117,6 +119,65 @@ TEST(MergeTest, WrongShapeNamesTheField) {
   bad_env.env = {"NO SPACES=1"};
   json empty = json::object();
   EXPECT_FALSE(MergeSubmitFlags(bad_env, &empty).ok());
+}
+
+TEST(MergeTest, SchedulingFlagsMakeASpecTheServerAccepts) {
+  SubmitFlags f;
+  f.priority = 50;
+  f.constraints = {"partition=gpu", "zone=eu"};
+  f.max_cost = 12.5;
+  f.max_price = 0.4;
+  f.depends_on = "j-1,afterany:j-2:j-3";
+  f.spot = true;
+  f.image = "pytorch";
+  f.env = {"LR=0.1"};
+  f.command = {"python3", "train.py"};
+  json spec = json::object();
+  ASSERT_TRUE(MergeSubmitFlags(f, &spec).ok());
+  EXPECT_EQ(spec["tier"], "spot");
+  EXPECT_EQ(spec["priority"], 50);
+  EXPECT_EQ(spec["constraints"], json::parse(R"({"partition": "gpu", "zone": "eu"})"));
+  EXPECT_EQ(spec["depends_on"], json::parse(R"([{"job": "j-1", "condition": "afterok"},
+      {"job": "j-2", "condition": "afterany"}, {"job": "j-3", "condition": "afterany"}])"));
+  auto typed = api::JobSpecFromJson(spec);
+  ASSERT_TRUE(typed.ok()) << typed.status().message();
+  EXPECT_EQ(typed->tier, "spot");
+  EXPECT_EQ(typed->priority, 50);
+  EXPECT_EQ(typed->constraints.at("partition"), "gpu");
+  EXPECT_EQ(typed->max_cost, 12'500'000);
+  EXPECT_EQ(typed->max_price, 400'000);
+  ASSERT_EQ(typed->depends_on.size(), 3u);
+  EXPECT_EQ(typed->image, "pytorch");
+}
+
+TEST(MergeTest, BadSchedulingFlagsNameTheFlag) {
+  json spec = json::object();
+  SubmitFlags c;
+  c.constraints = {"partition"};
+  Status st = MergeSubmitFlags(c, &spec);
+  EXPECT_EQ(st.field(), "constraints");
+  EXPECT_NE(st.message().find("--constraint \"partition\""), std::string::npos) << st.message();
+
+  SubmitFlags d;
+  d.depends_on = "after:j-1";
+  st = MergeSubmitFlags(d, &spec);
+  EXPECT_EQ(st.field(), "depends_on");
+  EXPECT_NE(st.message().find("\"after\" cannot be honoured"), std::string::npos) << st.message();
+  d.depends_on = "afterok:";
+  EXPECT_EQ(MergeSubmitFlags(d, &spec).field(), "depends_on");
+
+  SubmitFlags t;
+  t.spot = true;
+  t.tier = "on-demand";
+  EXPECT_EQ(MergeSubmitFlags(t, &spec).field(), "tier");
+
+  // Out of range values reach the server's validator, which names the field.
+  SubmitFlags m;
+  m.max_price = -1;
+  m.command = {"true"};
+  json priced = json::object();
+  ASSERT_TRUE(MergeSubmitFlags(m, &priced).ok());
+  EXPECT_EQ(api::JobSpecFromJson(priced).status().field(), "max_price");
 }
 
 }  // namespace

@@ -140,8 +140,12 @@ int RunEstimate(const EstimateOptions& opts) {
             << "Total     " << CreditsText(*e, "total") << " credits\n";
   int64_t start = JsonInt(*e, "expected_start");
   int64_t now = NowMs();
+  std::string never = JsonString(*e, "never_starts");
   std::cout << "Start     "
-            << (start <= 0 ? std::string("unknown") : start <= now ? "now" : "in " + FormatAge(start, now))
+            << (!never.empty() ? "never as asked: " + never
+                : start <= 0   ? std::string("unknown")
+                : start <= now ? "now"
+                               : "in " + FormatAge(start, now))
             << "\n";
   return kExitOk;
 }

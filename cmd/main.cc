@@ -197,16 +197,21 @@ int main(int argc, char** argv) {
   cmd::AddDevCommand(app);
   cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
+  // Grouped by who uses them; tests/e2e/cli_help_test.cc fails on a
+  // command left out of every group.
+  cmd::Group(app, {"dev", "version"}, "Start here");
   cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
                    "outputs"},
-             "Jobs");
-  cmd::Group(app, {"queue", "nodes", "admin", "sim"}, "Cluster");
-  cmd::Group(app, {"dev", "server", "agent"}, "Processes");
-  cmd::Group(app, {"version"}, "Other");
+             "Run jobs (users)");
+  cmd::Group(app, {"redeem", "balance", "usage", "estimate"}, "Credit and cost (users)");
+  cmd::Group(app, {"queue", "nodes"}, "Look at the cluster (everyone)");
+  cmd::Group(app, {"agent", "provider"}, "Lend GPUs (providers)");
+  cmd::Group(app, {"server", "admin", "sim"}, "Operate (operators; admin needs the admin token)");
   // After the subcommands: they would inherit it.
   app.footer(
       "Start here: `tide dev`, then in another shell the export lines it prints and\n"
       "`tide submit -- nvidia-smi`. Every command takes --help; every listing takes -o json.\n"
-      "Environment: TIDE_SERVER (default http://127.0.0.1:7460), TIDE_TOKEN.");
+      "Environment: TIDE_SERVER (default http://127.0.0.1:7460), TIDE_TOKEN (your API token).\n"
+      "Admin commands read TIDE_ADMIN_TOKEN, else TIDE_TOKEN, else ./.tide/server/admin.token.");
   return cli::RunCli(app, argc, argv);
 }

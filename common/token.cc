@@ -42,6 +42,14 @@ std::string Sha256Hex(std::string_view data) {
   return Hex(md, len);
 }
 
+std::string TokenId(std::string_view token) {
+  std::string kind = "t-";
+  if (token.rfind("tide_", 0) == 0 && token.size() > 6 && token[6] == '_') {
+    kind = std::string(1, token[5]) + "t-";
+  }
+  return kind + Sha256Hex(token).substr(0, 12);
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;

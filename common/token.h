@@ -22,6 +22,11 @@ std::string NewId(std::string_view prefix);
 
 std::string Sha256Hex(std::string_view data);
 
+// A token's public id: "jt-" and the first 12 hex characters of its SHA-256
+// for a join token ("ut-" user, "at-" admin, "nt-" node). Safe to print and
+// log; it names the token without revealing it.
+std::string TokenId(std::string_view token);
+
 // Compares without leaking where the first difference is.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

@@ -69,5 +69,15 @@ TEST(Token, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals(Sha256Hex(t), Sha256Hex(std::string(t))));
 }
 
+TEST(Token, IdNamesTheKindAndHidesTheSecret) {
+  std::string join = NewToken("tide_j_");
+  std::string id = TokenId(join);
+  EXPECT_EQ(id, "jt-" + Sha256Hex(join).substr(0, 12));
+  EXPECT_EQ(id, TokenId(join)) << "the same token always has the same id";
+  EXPECT_EQ(id.find(join.substr(7, 12)), std::string::npos);
+  EXPECT_EQ(TokenId(NewToken("tide_u_")).substr(0, 3), "ut-");
+  EXPECT_EQ(TokenId("odd").substr(0, 2), "t-");
+}
+
 }  // namespace
 }  // namespace tide

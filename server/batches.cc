@@ -255,6 +255,7 @@ void Batches::Gate() {
     if (!wait.empty()) {
       held_[id] = wait;
       e.job.pending_reason = wait;
+      e.job.pending_reason_provisional = false;
     }
   }
   for (const auto& [id, reason] : never) {

@@ -84,6 +84,9 @@ struct Estimate {
   ledger::Micros reserve = 0;
   ledger::Micros total = 0;
   int64_t expected_start = 0;  // unix ms, 0 = unknown
+  // Why no node can ever run it as it is (what a submission's
+  // pending_reason would say), or "".
+  std::string never_starts;
 };
 
 struct UserInfo {

@@ -8,6 +8,7 @@
 
 #include "ledger/cards.h"
 #include "scheduler/estimate.h"
+#include "scheduler/feasibility.h"
 #include "server/core.h"
 
 namespace tide::server {
@@ -184,6 +185,9 @@ Result<Estimate> Core::EstimateCost(const api::JobSpec& spec, double hours, int6
   p.max_runtime_ms = static_cast<int64_t>(hours * 3'600'000.0);
   p.submitted_at = std::numeric_limits<int64_t>::max() / 2;
   p.queued_since = now;
+  sched::WaitKind kind = sched::WaitKind::kResources;
+  out.never_starts = sched::Unsatisfiable(p, in.nodes, &kind);
+  if (!out.never_starts.empty()) return out;
   in.queue.push_back(p);
   auto starts = sched::ExpectedStarts({in.nodes, in.queue, in.running, in.shares, in.config, now});
   auto it = starts.find("estimate");

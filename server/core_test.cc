@@ -57,6 +57,38 @@ TEST_F(CoreTest, LifecycleCompletesAndFreesGpus) {
   EXPECT_EQ(core_->GetJob(alice, b->first.id)->status, JobStatus::kStarting);
 }
 
+TEST_F(CoreTest, ASubmissionsPlaceInTheQueueIsProvisionalUntilTheFullPass) {
+  Caller alice = User("alice");
+  Caller bob = User("bob");
+  AddNode("n1", 1);
+  ASSERT_TRUE(core_->SubmitJob(alice, Spec(), "").ok());  // runs
+  ASSERT_TRUE(core_->SubmitJob(alice, Spec(), "").ok());
+  ASSERT_TRUE(core_->SubmitJob(alice, Spec(), "").ok());
+  // Let a full pass rank alice's two waiting jobs.
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(100);
+    for (const auto& j : core_->Queue(alice).jobs) {
+      if (core_->GetJob(alice, j.id)->pending_reason_provisional) return false;
+    }
+    return true;
+  }));
+  // Bob's job is counted last by the pass over new jobs; it says so.
+  auto d = core_->SubmitJob(bob, Spec(), "");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->first.status, JobStatus::kQueued);
+  EXPECT_TRUE(d->first.pending_reason_provisional) << d->first.pending_reason;
+  EXPECT_TRUE(api::ToJson(d->first).value("pending_reason_provisional", false));
+  // The next full pass ranks it, and the queue shows the same reason.
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(100);  // the core's tick
+    return !core_->GetJob(bob, d->first.id)->pending_reason_provisional;
+  }));
+  auto queue = core_->Queue(bob);
+  ASSERT_EQ(queue.jobs.size(), 1u);
+  EXPECT_EQ(queue.jobs[0].pending_reason, core_->GetJob(bob, d->first.id)->pending_reason);
+  EXPECT_FALSE(api::ToJson(*core_->GetJob(bob, d->first.id)).contains("pending_reason_provisional"));
+}
+
 TEST_F(CoreTest, NonZeroExitFailsWithReason) {
   Caller alice = User("alice");
   std::string node = AddNode("n1", 1);

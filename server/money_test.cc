@@ -408,5 +408,26 @@ TEST_F(MoneyTest, ADearerNodeThatJoinsLaterIsHeldForBeforeTheJobRunsThere) {
   ExpectBalanced();
 }
 
+TEST_F(MoneyTest, AnEstimateForAShapeNoNodeCanHoldSaysWhyAsTheQueueWould) {
+  AddNode(Machine("rtx", 4));
+  Caller alice = Funded("alice", 100 * kMicrosPerCredit);
+  api::JobSpec h100 = Hour(1);
+  h100.resources.gpu_types = {"H100"};
+  auto e = core_->EstimateCost(h100, 1, 0);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->expected_start, 0);
+  auto job = core_->SubmitJob(alice, h100, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto queued = core_->GetJob(alice, job->first.id);
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  EXPECT_EQ(e->never_starts, queued->pending_reason);
+  EXPECT_NE(e->never_starts.find("H100"), std::string::npos) << e->never_starts;
+  // A shape that fits has no such reason.
+  auto fits = core_->EstimateCost(Hour(2), 1, 0);
+  ASSERT_TRUE(fits.ok());
+  EXPECT_EQ(fits->never_starts, "");
+  EXPECT_GT(fits->expected_start, 0);
+}
+
 }  // namespace
 }  // namespace tide::server

@@ -223,6 +223,7 @@ void PlanApplier::Pass() {
     if (e == nullptr) continue;
     if (!full && info.position > 0) info.position += waiting_after_pass_;
     e->job.pending_reason = sched::PendingReason(plan, info);
+    e->job.pending_reason_provisional = !full;
   }
   if (!full) waiting_after_pass_ += static_cast<int>(plan.pending.size());
 }
@@ -283,6 +284,7 @@ void PlanApplier::ApplyPlacements(const sched::Plan& plan) {
     if (Status held = accounts_->EnsureHeld(*e, dearest, jobs_->FindNode(p.allocs[0].node_id)->node.name);
         !held.ok()) {
       e->job.pending_reason = held.message();
+      e->job.pending_reason_provisional = false;
       continue;
     }
     api::Attempt a;

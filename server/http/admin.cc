@@ -1,11 +1,26 @@
 // /v1/admin/... (admin token) and /v1/nodes.
 #include "api/types.h"
 #include "common/json_reader.h"
+#include "common/token.h"
 #include "server/http/api.h"
 
 namespace tide::server {
 
 using nlohmann::json;
+
+namespace {
+
+Status CheckUserName(const std::string& name, const std::string& field) {
+  bool ok = !name.empty() && name.size() <= 64;
+  for (char c : name) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                c == '@');
+  }
+  if (!ok) return Status::InvalidArgument("1 to 64 letters, digits or - _ . @", field);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Response Api::Admin(const Request& req, const Caller& caller, const Segments& seg) {
   if (caller.scope != Scope::kAdmin) {
@@ -17,12 +32,7 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     JsonReader r(*body, "");
     auto name = r.String("name", true);
     Status st = r.Finish();
-    if (st.ok()) {
-      bool ok = !name->empty() && name->size() <= 64;
-      for (char c : *name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
-                                       c == '_' || c == '.' || c == '@');
-      if (!ok) st = Status::InvalidArgument("1 to 64 letters, digits or - _ . @", "name");
-    }
+    if (st.ok()) st = CheckUserName(*name, "name");
     if (!st.ok()) return ErrorResponse(st);
     auto user = core_->CreateUser(*name);
     if (!user.ok()) return ErrorResponse(user.status());
@@ -48,21 +58,42 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     return JsonResponse(200, {{"user", *user}, {"weight", core_->Weight(*user)}});
   }
   if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {
-    // Agents that join with it belong to the provider named, if any.
+    // Agents that join with it belong to the provider named, if any; with
+    // create_provider a provider account that does not exist yet is created
+    // (and its API token returned once, for `tide provider earnings`).
     auto body = ParseBody(req);
     if (!body.ok()) return ErrorResponse(body.status());
     JsonReader r(*body, "");
     auto provider = r.String("provider");
+    auto create = r.Bool("create_provider");
     if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+    json answer = json::object();
     std::string provider_id;
     if (provider && !provider->empty()) {
       auto id = core_->FindUser(*provider);
-      if (!id.ok()) return ErrorResponse(Status::InvalidArgument(id.status().message(), "provider"));
+      if (!id.ok() && create.value_or(false)) {
+        if (Status st = CheckUserName(*provider, "provider"); !st.ok()) return ErrorResponse(st);
+        auto user = core_->CreateUser(*provider);
+        if (!user.ok()) return ErrorResponse(user.status());
+        id = user->first.id;
+        answer["provider_created"] = true;
+        answer["provider_token"] = user->second;
+      }
+      if (!id.ok()) {
+        return ErrorResponse(Status::InvalidArgument(
+            "no user " + *provider + " (create it with \"create_provider\": true, or tide admin user add " +
+                *provider + ")",
+            "provider"));
+      }
       provider_id = *id;
+      answer["provider"] = *provider;
+      answer["provider_id"] = provider_id;
     }
     auto token = core_->CreateJoinToken(provider_id);
     if (!token.ok()) return ErrorResponse(token.status());
-    return JsonResponse(201, {{"token", *token}});
+    answer["id"] = TokenId(*token);
+    answer["token"] = *token;
+    return JsonResponse(201, answer);
   }
   if (seg.size() == 5 && seg[2] == "nodes" && (seg[4] == "drain" || seg[4] == "undrain") &&
       req.method == "POST") {

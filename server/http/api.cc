@@ -39,14 +39,19 @@ Response ErrorResponse(const Status& s) {
   return r;
 }
 
+// A body is read as JSON whatever its Content-Type says: `curl -d '{...}'`
+// sends application/x-www-form-urlencoded, and a body that parses is what
+// the caller meant. One that does not parse is a 400 that names the type it
+// came with when that type was not JSON.
 Result<json> ParseBody(const Request& req) {
-  std::string ct = req.Header("content-type");
-  if (!ct.empty() && ct.find("json") == std::string::npos) {
-    return Status::InvalidArgument("Content-Type must be application/json", "body");
-  }
   auto j = ParseJson(req.body.empty() ? "{}" : req.body);
-  if (!j.ok()) return Status::InvalidArgument(j.status().message(), "body");
-  return j;
+  if (j.ok()) return j;
+  std::string ct = req.Header("content-type");
+  std::string message = j.status().message();
+  if (!ct.empty() && ct.find("json") == std::string::npos) {
+    message = "the body must be JSON (it came as Content-Type " + ct + "): " + message;
+  }
+  return Status::InvalidArgument(message, "body");
 }
 
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,

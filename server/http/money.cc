@@ -119,6 +119,7 @@ Response Api::Money(const Request& req, const Caller& caller, const Segments& se
                 {"hours", e->hours},          {"base", Credits(e->base)},
                 {"reserve", Credits(e->reserve)}, {"total", Credits(e->total)},
                 {"expected_start", e->expected_start > 0 ? json(e->expected_start) : json(nullptr)}};
+    if (!e->never_starts.empty()) out["never_starts"] = e->never_starts;
     return JsonResponse(200, out);
   }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
