@@ -55,6 +55,9 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   AddDurationMs(cmd, "--node-timeout", &opts->node_timeout_ms,
                 "A node whose heartbeats stop this long is lost, e.g. 10s");
+  AddDurationMs(cmd, "--low-utilization-window", &opts->low_utilization_window_ms,
+                "A running job whose GPUs average under 10% utilisation this long is flagged "
+                "`low GPU utilisation` in tide status and tide top, e.g. 10m");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember(kLogLevels));
