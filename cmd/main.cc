@@ -5,7 +5,7 @@
 //                 says what isolation the host supports (agent/check.h)
 //   tide dev      server + local agent in one command (cmd/dev.h)
 //   tide version
-//   tide submit | ls | status | logs | cancel | wait | outputs | nodes | admin
+//   tide submit | ls | status | logs | cancel | wait | outputs | nodes | top | admin
 //                 the user and admin commands (cli/)
 #include <csignal>
 #include <CLI/CLI.hpp>
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
                    "outputs"},
              "Jobs");
-  cmd::Group(app, {"queue", "nodes", "admin", "sim"}, "Cluster");
+  cmd::Group(app, {"queue", "nodes", "top", "admin", "sim"}, "Cluster");
   cmd::Group(app, {"dev", "server", "agent"}, "Processes");
   cmd::Group(app, {"version"}, "Other");
   // After the subcommands: they would inherit it.
