@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -58,6 +59,21 @@ std::string Key(const std::string& job_id, int attempt) {
 }
 
 int64_t MonoMs() { return SystemClock::Default()->MonotonicMs(); }
+
+// The utilisation a fake GPU shows for a job: its TIDE_FAKE_GPU_UTILIZATION
+// (0-100), else kFakeBusyUtilizationPct. Real GPUs measure instead.
+int FakeUtilizationOf(const std::map<std::string, std::string>& env) {
+  auto it = env.find(kFakeUtilizationEnv);
+  if (it == env.end() || it->second.empty() || it->second.size() > 3) {
+    return kFakeBusyUtilizationPct;
+  }
+  int pct = 0;
+  for (char c : it->second) {
+    if (c < '0' || c > '9') return kFakeBusyUtilizationPct;
+    pct = pct * 10 + (c - '0');
+  }
+  return std::min(pct, 100);
+}
 
 // Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it
 // starts afterwards) and receives them synchronously.
@@ -470,13 +486,15 @@ void Agent::HeartbeatLoop() {
   bool failing = false;
   for (;;) {
     api::Heartbeat hb;
-    std::set<int> busy;
+    std::map<int, int> busy;  // GPU index -> what a fake GPU shows
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [key, r] : runners_) {
         if (r->done()) continue;
         hb.running.push_back({r->job_id(), r->attempt()});
-        if (!r->process_finished()) busy.insert(r->gpus().begin(), r->gpus().end());
+        if (r->process_finished()) continue;
+        const int pct = FakeUtilizationOf(r->env());
+        for (int g : r->gpus()) busy[g] = pct;
       }
     }
     auto sample = gpu_source_->Sample(busy);

@@ -64,6 +64,7 @@ class JobRunner {
   const std::string& job_id() const { return job_.id; }
   int attempt() const { return job_.attempt; }
   const std::vector<int>& gpus() const { return job_.gpus; }
+  const std::map<std::string, std::string>& env() const { return job_.spec.env; }
   int64_t grace_s() const { return job_.spec.grace_s; }
 
  private:

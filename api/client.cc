@@ -72,6 +72,12 @@ Result<Job> Client::GetJob(const std::string& id) {
   return JobFromJson(*j);
 }
 
+Result<JobTelemetry> Client::GetJobTelemetry(const std::string& id, bool series) {
+  auto j = Call("GET", "/v1/jobs/" + UrlEncode(id) + "/telemetry" + (series ? "" : "?series=false"));
+  if (!j.ok()) return j.status();
+  return JobTelemetryFromJson(*j);
+}
+
 Result<JobPage> Client::ListJobs(const JobFilter& f) {
   std::string q;
   auto add = [&](const std::string& k, const std::string& v) {

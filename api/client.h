@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/http_client.h"
+#include "api/telemetry.h"
 #include "api/types.h"
 #include "common/status.h"
 
@@ -80,6 +81,9 @@ class Client {
   // one with a marker line) until it ends; `on_data` gets text as it arrives.
   Status FollowLogs(const std::string& id, int attempt, int64_t offset,
                     const std::function<bool(std::string_view)>& on_data, int rank = 0);
+  // GET /v1/jobs/{id}/telemetry: its GPUs' readings and averages; without
+  // `series`, only the newest readings and the averages.
+  Result<JobTelemetry> GetJobTelemetry(const std::string& id, bool series = true);
   Result<std::vector<OutputFile>> ListOutputs(const std::string& id);
   Result<std::string> GetOutput(const std::string& id, const std::string& path);
   // Uploads a .tar.gz; returns its code id.

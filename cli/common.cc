@@ -56,7 +56,7 @@ void AddUserCommands(CLI::App& app) {
   AddMetricsCommand(app);
   AddBatchCommands(app);
   AddSbatchCommand(app);
-
+  AddTopCommand(app);
 }
 
 std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,
@@ -311,6 +311,67 @@ std::string FormatNodeGpus(const json& node) {
     if (mem > 0) out += " " + FormatMemoryMb(mem);
   }
   return out;
+}
+
+std::string NodeStateText(const json& node) {
+  std::string state = JsonString(node, "state");
+  if (state == "ready" && node.value("draining", false)) return "draining";
+  return state.empty() ? "-" : state;
+}
+
+namespace {
+// The GPUs of `node` that reported `key` (>= 0).
+std::vector<const json*> Reporting(const json& node, const char* key) {
+  std::vector<const json*> out;
+  if (!node.contains("gpus") || !node["gpus"].is_array()) return out;
+  for (const auto& g : node["gpus"]) {
+    if (g.contains(key) && g[key].is_number() && g[key].get<double>() >= 0) out.push_back(&g);
+  }
+  return out;
+}
+}  // namespace
+
+std::string FormatPercent(double pct) {
+  if (pct < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", pct);
+  return buf;
+}
+
+std::string FormatGib(double mb) {
+  if (mb < 0) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", mb / 1024.0);
+  return buf;
+}
+
+std::string NodeGpuUtilization(const json& node) {
+  auto gpus = Reporting(node, "utilization_pct");
+  if (gpus.empty()) return "-";
+  double sum = 0;
+  for (const json* g : gpus) sum += (*g)["utilization_pct"].get<double>();
+  return FormatPercent(sum / static_cast<double>(gpus.size()));
+}
+
+std::string NodeGpuMemory(const json& node) {
+  auto gpus = Reporting(node, "memory_used_mb");
+  if (gpus.empty()) return "-";
+  double used = 0, total = 0;
+  for (const json* g : gpus) {
+    used += (*g)["memory_used_mb"].get<double>();
+    total += static_cast<double>(JsonInt(*g, "memory_mb"));
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f/%.1f GiB", used / 1024.0, total / 1024.0);
+  return buf;
+}
+
+std::string NodeGpuTemperature(const json& node) {
+  auto gpus = Reporting(node, "temperature_c");
+  if (gpus.empty()) return "-";
+  int64_t hottest = 0;
+  for (const json* g : gpus) hottest = std::max(hottest, JsonInt(*g, "temperature_c"));
+  return std::to_string(hottest) + "C";
 }
 
 Result<int64_t> ParseDurationMs(std::string_view text) {

@@ -58,6 +58,7 @@ void AddMoneyCommands(CLI::App& app);
 void AddMetricsCommand(CLI::App& app);
 void AddBatchCommands(CLI::App& app);
 void AddSbatchCommand(CLI::App& app);
+void AddTopCommand(CLI::App& app);
 
 // A JSON amount of credits (a number) as text with up to six decimals; "-"
 // if absent.
@@ -155,6 +156,23 @@ std::string FormatJobGpus(const json& job);
 
 // A node's GPUs grouped by model and memory: "4x RTX4090 24GB, 1x A100 80GB".
 std::string FormatNodeGpus(const json& node);
+
+// A node's state as users read it: "draining" for a ready node that takes no
+// new jobs, else the server's state ("ready", "lost").
+std::string NodeStateText(const json& node);
+
+// A node's GPUs at their last heartbeat: average utilisation ("45%"),
+// memory used of all ("29.0/48.0 GiB"), the hottest ("72C"); "-" when no
+// GPU reported it.
+std::string NodeGpuUtilization(const json& node);
+std::string NodeGpuMemory(const json& node);
+std::string NodeGpuTemperature(const json& node);
+
+// A percentage without decimals: 12.6 -> "13%"; negative (unknown): "-".
+std::string FormatPercent(double pct);
+
+// MiB as GiB with one decimal: 14745.6 -> "14.4 GiB"; negative: "-".
+std::string FormatGib(double mb);
 
 // Durations as flags take them: "500ms", or anything ParseDurationSeconds
 // takes ("90", "30s", "1h30m"). Returns milliseconds.

@@ -74,6 +74,32 @@ TEST(FormatTest, NodeGpusGroupsByModelAndMemory) {
   EXPECT_EQ(FormatNodeGpus(json{{"gpus", json::array()}}), "-");
 }
 
+TEST(FormatTest, NodeStateAndGpuTelemetry) {
+  json node = {{"state", "ready"}, {"draining", false}, {"gpus", json::array()}};
+  node["gpus"].push_back({{"memory_mb", 24576}, {"utilization_pct", 90},
+                          {"memory_used_mb", 14745}, {"temperature_c", 72}});
+  node["gpus"].push_back({{"memory_mb", 24576}, {"utilization_pct", 0},
+                          {"memory_used_mb", 0}, {"temperature_c", 35}});
+  EXPECT_EQ(NodeStateText(node), "ready");
+  EXPECT_EQ(NodeGpuUtilization(node), "45%");
+  EXPECT_EQ(NodeGpuMemory(node), "14.4/48.0 GiB");
+  EXPECT_EQ(NodeGpuTemperature(node), "72C");
+  node["draining"] = true;
+  EXPECT_EQ(NodeStateText(node), "draining");
+  node["state"] = "lost";
+  EXPECT_EQ(NodeStateText(node), "lost");
+  // Not reported yet (-1): "-".
+  json quiet = {{"state", "ready"},
+                {"gpus", {{{"memory_mb", 100}, {"utilization_pct", -1}, {"memory_used_mb", -1},
+                           {"temperature_c", -1}}}}};
+  EXPECT_EQ(NodeGpuUtilization(quiet), "-");
+  EXPECT_EQ(NodeGpuMemory(quiet), "-");
+  EXPECT_EQ(NodeGpuTemperature(quiet), "-");
+  EXPECT_EQ(FormatPercent(12.6), "13%");
+  EXPECT_EQ(FormatPercent(-1), "-");
+  EXPECT_EQ(FormatGib(14745.6), "14.4 GiB");
+}
+
 TEST(DurationTest, Milliseconds) {
   EXPECT_EQ(*ParseDurationMs("500ms"), 500);
   EXPECT_EQ(*ParseDurationMs("2s"), 2000);

@@ -1,5 +1,10 @@
 // `tide status ID [-o json]`: one job in detail: status and why, exit code,
-// attempt, node and GPUs, timestamps, and a table of its attempts.
+// attempt, node and GPUs, its GPUs' utilisation and memory now and on
+// average over the run (GET /v1/jobs/{id}/telemetry) with a warning when a
+// running job keeps them mostly idle, timestamps, and a table of its
+// attempts. `-o json` prints the job as the server sent it.
+#include <algorithm>
+#include <functional>
 #include <iostream>
 
 #include "api/http_client.h"
@@ -57,7 +62,42 @@ std::string Command(const json& job) {
   return out;
 }
 
-void PrintHuman(const json& job) {
+// Utilisation and memory of the job's GPUs: the newest readings and the run
+// averages, and the idle warning.
+void PrintTelemetry(const api::JobTelemetry& t, bool ended,
+                    const std::function<void(const std::string&, const std::string&)>& row) {
+  if (t.readings == 0) return;
+  double util = 0, mem = 0;
+  int n = 0;
+  for (const auto& g : t.gpus) {
+    if (g.now.utilization_pct < 0) continue;
+    util += g.now.utilization_pct;
+    mem += static_cast<double>(std::max<int64_t>(g.now.memory_used_mb, 0));
+    ++n;
+  }
+  const std::string when = ended ? " at the end" : " now";
+  std::string now_util = n > 0 ? FormatPercent(util / n) + when + ", " : "";
+  std::string now_mem = n > 0 ? FormatGib(mem / n) + " per GPU" + when + ", " : "per GPU: ";
+  row("GPU util", now_util + FormatPercent(t.avg_utilization_pct) + " average over the run");
+  row("GPU memory", now_mem + FormatGib(t.avg_memory_used_mb) + " average over the run");
+  if (t.low_utilization) row("Warning", t.low_utilization_reason);
+}
+
+void PrintGpuTable(const api::JobTelemetry& t) {
+  if (t.gpus.empty()) return;
+  Table table({"GPU", "MODEL", "UTIL", "MEM", "TEMP", "AVG UTIL", "AVG MEM", "READINGS"});
+  for (const auto& g : t.gpus) {
+    table.AddRow({(g.node.empty() ? g.node_id : g.node) + ":" + std::to_string(g.index),
+                  g.model.empty() ? "-" : g.model, FormatPercent(g.now.utilization_pct),
+                  FormatGib(static_cast<double>(g.now.memory_used_mb)),
+                  g.now.temperature_c < 0 ? "-" : std::to_string(g.now.temperature_c) + "C",
+                  FormatPercent(g.avg_utilization_pct), FormatGib(g.avg_memory_used_mb),
+                  std::to_string(g.readings)});
+  }
+  std::cout << "\nGPUs of attempt " << t.attempt << "\n" << table.ToString();
+}
+
+void PrintHuman(const json& job, const api::JobTelemetry* telemetry) {
   int64_t now = NowMs();
   auto row = [](const std::string& label, const std::string& value) {
     if (value.empty() || value == "-") return;
@@ -114,6 +154,7 @@ void PrintHuman(const json& job) {
   row("Node", JsonString(job, "node_id"));
   std::string gpus = IntList(job, "gpus");
   row("GPUs", FormatJobGpus(job) + (gpus == "-" ? "" : "  (assigned: " + gpus + ")"));
+  if (telemetry != nullptr) PrintTelemetry(*telemetry, parsed && api::IsTerminal(*parsed), row);
   row("Image", JsonString(job, "image"));
   row("Command", Command(job));
   if (int64_t s = JsonInt(job, "max_runtime"); s > 0) row("Max runtime", FormatDurationSeconds(s));
@@ -156,6 +197,7 @@ void PrintHuman(const json& job) {
                   ExitCode(a), reason.empty() ? "-" : reason});
   }
   std::cout << "\nAttempts\n" << table.ToString();
+  if (telemetry != nullptr) PrintGpuTable(*telemetry);
 
   // A multi-node attempt: where each rank runs and how it ended.
   const json& last = job["attempts"].back();
@@ -183,7 +225,9 @@ int RunStatus(const StatusOptions& opts) {
   if (opts.format == OutputFormat::kJson) {
     PrintJson(*job);
   } else {
-    PrintHuman(*job);
+    // Telemetry is a detail: a job shows without it if it cannot be read.
+    auto telemetry = (*client)->GetJobTelemetry(opts.id, /*series=*/false);
+    PrintHuman(*job, telemetry.ok() ? &*telemetry : nullptr);
   }
   return kExitOk;
 }

@@ -1,5 +1,6 @@
-// `tide nodes [-o json]`: the agents that joined, their state, their GPUs
-// and how long ago each last sent a heartbeat.
+// `tide nodes [-o json]`: the agents that joined, their state (ready,
+// draining, lost), their GPUs with utilisation, memory and temperature at
+// the last heartbeat, and how long ago each last sent one.
 #include <iostream>
 
 #include "cli/common.h"
@@ -28,11 +29,12 @@ int RunNodes(const NodesOptions& opts) {
     return kExitOk;
   }
   int64_t now = NowMs();
-  Table table({"NAME", "ID", "STATE", "GPUS", "LAST HEARTBEAT"});
+  Table table({"NAME", "ID", "STATE", "GPUS", "UTIL", "MEM", "TEMP", "LAST HEARTBEAT"});
   for (const auto& n : nodes) {
     int64_t beat = JsonInt(n, "last_heartbeat");
-    table.AddRow({JsonString(n, "name"), JsonString(n, "id"), JsonString(n, "state"),
-                  FormatNodeGpus(n), beat > 0 ? FormatAge(now, beat) + " ago" : "-"});
+    table.AddRow({JsonString(n, "name"), JsonString(n, "id"), NodeStateText(n), FormatNodeGpus(n),
+                  NodeGpuUtilization(n), NodeGpuMemory(n), NodeGpuTemperature(n),
+                  beat > 0 ? FormatAge(now, beat) + " ago" : "-"});
   }
   std::cout << table.ToString();
   return kExitOk;

@@ -5,7 +5,7 @@
 //                 says what isolation the host supports (agent/check.h)
 //   tide dev      server + local agent in one command (cmd/dev.h)
 //   tide version
-//   tide submit | ls | status | logs | cancel | wait | outputs | nodes | admin
+//   tide submit | ls | status | logs | cancel | wait | outputs | nodes | top | admin
 //                 the user and admin commands (cli/)
 #include <csignal>
 #include <CLI/CLI.hpp>
@@ -55,6 +55,9 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   AddDurationMs(cmd, "--node-timeout", &opts->node_timeout_ms,
                 "A node whose heartbeats stop this long is lost, e.g. 10s");
+  AddDurationMs(cmd, "--low-utilization-window", &opts->low_utilization_window_ms,
+                "A running job whose GPUs average under 10% utilisation this long is flagged "
+                "`low GPU utilisation` in tide status and tide top, e.g. 10m");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember(kLogLevels));
@@ -197,14 +200,14 @@ int main(int argc, char** argv) {
   cmd::AddDevCommand(app);
   cmd::AddSimCommand(app);
   cmd::AddVersionCommand(app);
-  // Grouped by who uses them; tests/e2e/cli_help_test.cc fails on a
-  // command left out of every group.
+  // Grouped by who uses them; FirstDayTest.HelpGroupsEveryCommand fails on
+  // a command left out of every group.
   cmd::Group(app, {"dev", "version"}, "Start here");
   cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
                    "outputs"},
              "Run jobs (users)");
   cmd::Group(app, {"redeem", "balance", "usage", "estimate"}, "Credit and cost (users)");
-  cmd::Group(app, {"queue", "nodes"}, "Look at the cluster (everyone)");
+  cmd::Group(app, {"queue", "nodes", "top"}, "Look at the cluster (everyone)");
   cmd::Group(app, {"agent", "provider"}, "Lend GPUs (providers)");
   cmd::Group(app, {"server", "admin", "sim"}, "Operate (operators; admin needs the admin token)");
   // After the subcommands: they would inherit it.

@@ -22,7 +22,9 @@ Core::Core(store::Store* store, Clock* clock, CoreOptions options)
       accounts_(clock, options.default_job_cap),
       batches_(clock, &jobs_, &accounts_),
       planner_(clock, &jobs_, &accounts_, &batches_),
-      reconciler_(clock, &jobs_, &delivery_, {options.node_timeout_ms, options.report_grace_ms}) {
+      telemetry_(options.telemetry),
+      reconciler_(clock, &jobs_, &delivery_, &telemetry_,
+                  {options.node_timeout_ms, options.report_grace_ms}) {
   jobs_.set_listener(this);
 }
 
@@ -42,6 +44,7 @@ void Core::StatusChanged(JobEntry& e, JobStatus from) {
   // The batch's counts first: its escrow returns only with its last trial.
   const bool batch_done = batches_.StatusChanged(e, from);
   if (!api::IsTerminal(e.job.status) || api::IsTerminal(from)) return;
+  telemetry_.JobEnded(e.job.id);
   if (e.job.batch.empty()) {
     accounts_.Release(e.job.id, e.job.owner);
   } else if (batch_done) {

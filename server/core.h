@@ -10,6 +10,7 @@
 //   JobState     jobs, nodes, leases and every status change
 //   PlanApplier  the scheduler's snapshot, passes and their plans
 //   Reconciler   registrations, heartbeats, lost nodes, job events
+//   Telemetry    GPU readings over time, per node GPU and per job
 //   Delivery     what each agent was handed (its own lock; long-polls)
 //   Accounts     the ledger: admit, meter, release; cards, prices, caps
 //   Batches      sweeps and the gate of max_concurrent, budgets, dependencies
@@ -47,6 +48,7 @@
 #include "server/job_state.h"
 #include "server/plan_applier.h"
 #include "server/reconciler.h"
+#include "server/telemetry.h"
 #include "store/store.h"
 
 namespace tide::server {
@@ -74,6 +76,8 @@ struct CoreOptions {
   // How often running attempts are charged (each up to its node's last
   // heartbeat).
   int64_t meter_interval_ms = 1'000;
+  // GPU histories and the idle check (server/telemetry.h).
+  TelemetryOptions telemetry;
 };
 
 struct Estimate {
@@ -165,6 +169,10 @@ class Core : private JobState::Listener {
   // --- reads ---
   // NotFound if the job does not exist or the caller may not see it.
   Result<api::Job> GetJob(const Caller& caller, const std::string& id) const;
+  // The GPU telemetry of a job (NotFound as GetJob); without `series`, only
+  // the newest readings and the averages.
+  Result<api::JobTelemetry> JobTelemetry(const Caller& caller, const std::string& id,
+                                         bool series) const;
   // Newest first; `after` is the last id of the previous page.
   std::pair<std::vector<api::Job>, std::string> ListJobs(const Caller& caller,
                                                          const std::string& status,
@@ -290,6 +298,7 @@ class Core : private JobState::Listener {
   Accounts accounts_ TIDE_GUARDED_BY(state_mu_);
   Batches batches_ TIDE_GUARDED_BY(state_mu_);
   PlanApplier planner_ TIDE_GUARDED_BY(state_mu_);
+  Telemetry telemetry_ TIDE_GUARDED_BY(state_mu_);
   Reconciler reconciler_ TIDE_GUARDED_BY(state_mu_);
   std::map<std::string, UserInfo> users_ TIDE_GUARDED_BY(state_mu_);          // by id
   std::map<std::string, std::string> user_names_ TIDE_GUARDED_BY(state_mu_);  // name -> id

@@ -197,6 +197,14 @@ Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
   return job;
 }
 
+Result<api::JobTelemetry> Core::JobTelemetry(const Caller& caller, const std::string& id,
+                                             bool series) const {
+  ReaderLock lock(state_mu_);
+  const JobEntry* e = jobs_.Find(id);
+  if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
+  return telemetry_.View(e->job, jobs_, clock_->NowMs(), series);
+}
+
 std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
                                                         const std::string& status,
                                                         const std::string& tag, size_t limit,

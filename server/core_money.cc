@@ -3,7 +3,10 @@
 // lock. See docs/money.md.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
 
 #include "ledger/cards.h"
@@ -155,6 +158,59 @@ std::string Core::Metrics() const {
   gauge("tide_gpus", "GPUs of ready nodes, leased or free", "{state=\"leased\"}", std::to_string(used));
   gauge("tide_gpus", "", "{state=\"free\"}", std::to_string(gpus - used));
   gauge("tide_ledger_transactions", "Transactions in the ledger", "", std::to_string(accounts_.LastSeq()));
+  // Each GPU of a ready node as its last heartbeat read it; unknown readings
+  // (-1) are left out.
+  auto label = [](const std::string& v) {
+    std::string e;
+    for (char c : v) {
+      if (c == '\\' || c == '"') e += '\\';
+      if (c == '\n') {
+        e += "\\n";
+        continue;
+      }
+      e += c;
+    }
+    return e;
+  };
+  struct GpuGauge {
+    const char* name;
+    const char* help;
+    std::function<std::string(const api::Gpu&)> value;  // "" = unknown
+  };
+  const GpuGauge gpu_gauges[] = {
+      {"tide_gpu_utilization_ratio", "GPU utilisation, 0 to 1, at the last heartbeat",
+       [](const api::Gpu& g) {
+         if (g.utilization_pct < 0) return std::string();
+         char buf[16];
+         std::snprintf(buf, sizeof buf, "%.2f", std::min(g.utilization_pct, 100) / 100.0);
+         return std::string(buf);
+       }},
+      {"tide_gpu_memory_used_bytes", "GPU memory in use at the last heartbeat",
+       [](const api::Gpu& g) {
+         return g.memory_used_mb < 0 ? std::string() : std::to_string(g.memory_used_mb << 20);
+       }},
+      {"tide_gpu_memory_total_bytes", "GPU memory",
+       [](const api::Gpu& g) { return std::to_string(g.memory_mb << 20); }},
+      {"tide_gpu_temperature_celsius", "GPU temperature at the last heartbeat",
+       [](const api::Gpu& g) {
+         return g.temperature_c < 0 ? std::string() : std::to_string(g.temperature_c);
+       }},
+  };
+  for (const GpuGauge& gg : gpu_gauges) {
+    bool help = true;
+    for (const auto& [id, n] : jobs_.nodes()) {
+      if (n.node.state != api::NodeState::kReady) continue;
+      for (const api::Gpu& g : n.node.gpus) {
+        std::string v = gg.value(g);
+        if (v.empty()) continue;
+        gauge(gg.name, help ? gg.help : "",
+              "{node=\"" + label(n.node.name) + "\",gpu=\"" + std::to_string(g.index) +
+                  "\",model=\"" + label(g.model) + "\"}",
+              v);
+        help = false;
+      }
+    }
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -51,8 +52,9 @@ Status Reconciler::Heartbeat(const std::string& node_id, const api::Heartbeat& h
   NodeEntry* n = jobs_->FindNode(node_id);
   if (n == nullptr) return Status::NotFound("node " + node_id + " is unknown");
   const int64_t now_mono = clock_->MonotonicMs();
+  const int64_t now = clock_->NowMs();
   n->last_seen_mono = now_mono;
-  n->node.last_heartbeat = clock_->NowMs();
+  n->node.last_heartbeat = now;
   for (const auto& t : hb.gpus) {
     for (auto& g : n->node.gpus) {
       if (g.index != t.index) continue;
@@ -61,6 +63,7 @@ Status Reconciler::Heartbeat(const std::string& node_id, const api::Heartbeat& h
       g.temperature_c = t.temperature_c;
     }
   }
+  if (!hb.gpus.empty()) telemetry_->RecordNode(node_id, n->node.gpus, now);
   if (n->node.state == api::NodeState::kLost) {
     spdlog::info("node {} ({}) is back", n->node.name, node_id);
     n->node.state = api::NodeState::kReady;
@@ -77,6 +80,10 @@ Status Reconciler::Heartbeat(const std::string& node_id, const api::Heartbeat& h
       work.cancels.push_back({r.job_id, r.attempt, "not_leased", 0});
     } else if (std::string why = StopReason(e->job); !why.empty()) {
       work.cancels.push_back({r.job_id, r.attempt, why, e->job.spec.grace_s});
+    }
+    if (ours && !hb.gpus.empty() && e->job.status == JobStatus::kRunning) {
+      telemetry_->RecordJob(r.job_id, r.attempt, std::max(RankOn(e->job, node_id), 0), node_id,
+                            n->leases.at(r.job_id), n->node.gpus, now);
     }
   }
   std::vector<std::string> lost;

@@ -1,6 +1,6 @@
 // Reconciler: what the agents say against what the server leased them.
 // Registrations, heartbeats (what an agent runs, against its leases),
-// silent nodes (lost after the node timeout), job events (a job or one
+// GPU telemetry into Telemetry, silent nodes (lost after the node timeout), job events (a job or one
 // rank of a gang running or exited), checkpoints, and drains.
 //
 // Not thread-safe on its own: the core's state lock guards it.
@@ -14,6 +14,7 @@
 #include "api/types.h"
 #include "common/clock.h"
 #include "server/job_state.h"
+#include "server/telemetry.h"
 
 namespace tide::server {
 
@@ -26,13 +27,15 @@ struct ReconcilerOptions {
 
 class Reconciler {
  public:
-  Reconciler(Clock* clock, JobState* jobs, Delivery* delivery, ReconcilerOptions options)
-      : clock_(clock), jobs_(jobs), delivery_(delivery), options_(options) {}
+  Reconciler(Clock* clock, JobState* jobs, Delivery* delivery, Telemetry* telemetry,
+             ReconcilerOptions options)
+      : clock_(clock), jobs_(jobs), delivery_(delivery), telemetry_(telemetry), options_(options) {}
 
   // A node (re)registers: its GPUs, labels, images and host resources.
   void Register(NodeEntry& n, const api::RegisterRequest& req);
-  // Telemetry, and what the agent runs against its leases: stop orders for
-  // what it should not run, requeues for what it lost.
+  // Telemetry (the node's GPUs, and those of each running job it reports),
+  // and what the agent runs against its leases: stop orders for what it
+  // should not run, requeues for what it lost.
   Status Heartbeat(const std::string& node_id, const api::Heartbeat& hb, api::AgentWork& work);
   // Nodes silent for the node timeout are lost; their jobs are requeued.
   void LoseSilentNodes();
@@ -58,6 +61,7 @@ class Reconciler {
   Clock* clock_;
   JobState* jobs_;
   Delivery* delivery_;
+  Telemetry* telemetry_;
   ReconcilerOptions options_;
 };
 

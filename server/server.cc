@@ -49,6 +49,7 @@ int RunServer(const ServerOptions& options) {
   CoreOptions core_options;
   core_options.node_timeout_ms = options.node_timeout_ms;
   core_options.report_grace_ms = std::max<int64_t>(options.node_timeout_ms, 5'000);
+  core_options.telemetry.low_utilization_window_ms = options.low_utilization_window_ms;
   auto* core = new Core(store->release(), SystemClock::Default(), core_options);
   core->set_code_checker(
       [blobs](const std::string& owner, const std::string& id) { return blobs->HasCode(owner, id); });

@@ -10,6 +10,9 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7460";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = ".tide/server";  // tide.db, blobs/, admin.token
   int64_t node_timeout_ms = 10'000;       // heartbeats missing this long: node lost
+  // A running job whose GPUs average under 10% utilisation for this long is
+  // flagged low_utilization (server/telemetry.h).
+  int64_t low_utilization_window_ms = 10 * 60'000;
   int io_threads = 0;                     // 0: one per connection (default)
   std::string log_level = "info";
   // Written once listening: the actual "HOST:PORT" (useful with port 0).

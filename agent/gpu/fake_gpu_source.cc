@@ -1,5 +1,6 @@
 #include "agent/gpu/fake_gpu_source.h"
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 
@@ -91,13 +92,23 @@ Result<std::unique_ptr<FakeGpuSource>> FakeGpuSource::Create(std::string_view sp
 
 Result<std::vector<api::Gpu>> FakeGpuSource::Discover() { return gpus_; }
 
-Result<std::vector<api::Gpu>> FakeGpuSource::Sample(const std::set<int>& busy) {
+Result<std::vector<api::Gpu>> FakeGpuSource::Sample(const std::map<int, int>& busy) {
   std::vector<api::Gpu> out = gpus_;
   for (api::Gpu& g : out) {
-    bool is_busy = busy.count(g.index) > 0;
-    g.utilization_pct = is_busy ? 90 : 0;
-    g.memory_used_mb = is_busy ? g.memory_mb * 6 / 10 : 0;
-    g.temperature_c = is_busy ? 72 : 35;
+    auto it = busy.find(g.index);
+    if (it == busy.end()) {
+      g.utilization_pct = 0;
+      g.memory_used_mb = 0;
+      g.temperature_c = 35;
+      continue;
+    }
+    const int pct = std::clamp(it->second, 0, 100);
+    // Held by a job: its memory is allocated (10%) even when it computes
+    // nothing; work fills it up to 60% and warms the GPU from 40 C to 72 C.
+    const int load = std::min(pct, kFakeBusyUtilizationPct);
+    g.utilization_pct = pct;
+    g.memory_used_mb = g.memory_mb * (10 + 50 * load / kFakeBusyUtilizationPct) / 100;
+    g.temperature_c = 40 + 32 * load / kFakeBusyUtilizationPct;
   }
   return out;
 }

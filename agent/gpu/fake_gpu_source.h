@@ -4,8 +4,10 @@
 // optional (1) and MEMORY is a size such as 24GB or 81920MB:
 //   "4xRTX4090:24GB,2xA100:80GB"  ->  indices 0-3 RTX4090, 4-5 A100.
 // UUIDs are derived from the node name and the index, so they stay the same
-// across agent restarts. Telemetry: an idle GPU reads 0% and 35 C, a busy one
-// 90%, 60% of its memory and 72 C.
+// across agent restarts. Telemetry: a GPU no running job holds reads 0%, no
+// memory used and 35 C; one a running job holds reads the utilisation asked
+// for it (90% by default; gpu_source.h), memory used from 10% of its memory
+// (idle) to 60% (busy), and from 40 C to 72 C.
 #pragma once
 
 #include <string>
@@ -29,7 +31,7 @@ class FakeGpuSource final : public GpuSource {
                                                        const std::string& node_name);
 
   Result<std::vector<api::Gpu>> Discover() override;
-  Result<std::vector<api::Gpu>> Sample(const std::set<int>& busy) override;
+  Result<std::vector<api::Gpu>> Sample(const std::map<int, int>& busy) override;
 
  private:
   std::vector<api::Gpu> gpus_;

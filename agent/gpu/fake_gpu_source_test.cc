@@ -64,7 +64,7 @@ TEST(FakeGpuSourceTest, TelemetryFollowsBusyIndices) {
   auto discovered = (*source)->Discover();
   ASSERT_TRUE(discovered.ok());
   EXPECT_EQ(discovered->size(), 2u);
-  auto sample = (*source)->Sample({1});
+  auto sample = (*source)->Sample({{1, kFakeBusyUtilizationPct}});
   ASSERT_TRUE(sample.ok());
   EXPECT_EQ((*sample)[0].utilization_pct, 0);
   EXPECT_EQ((*sample)[0].memory_used_mb, 0);
@@ -72,6 +72,19 @@ TEST(FakeGpuSourceTest, TelemetryFollowsBusyIndices) {
   EXPECT_GT((*sample)[1].memory_used_mb, 0);
   EXPECT_LE((*sample)[1].memory_used_mb, (*sample)[1].memory_mb);
   EXPECT_GT((*sample)[1].temperature_c, (*sample)[0].temperature_c);
+}
+
+TEST(FakeGpuSourceTest, AJobCanAskForIdleOrHalfBusyGpus) {
+  auto source = FakeGpuSource::Create("3xA100:80GB", "n");
+  ASSERT_TRUE(source.ok());
+  auto sample = (*source)->Sample({{0, 0}, {1, 45}, {2, 250}});
+  ASSERT_TRUE(sample.ok());
+  EXPECT_EQ((*sample)[0].utilization_pct, 0);
+  EXPECT_EQ((*sample)[0].memory_used_mb, 80 * 1024 / 10);  // held, allocated, idle
+  EXPECT_EQ((*sample)[1].utilization_pct, 45);
+  EXPECT_GT((*sample)[1].memory_used_mb, (*sample)[0].memory_used_mb);
+  EXPECT_EQ((*sample)[2].utilization_pct, 100);  // clamped
+  EXPECT_LE((*sample)[2].memory_used_mb, (*sample)[2].memory_mb);
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ NvmlGpuSource::~NvmlGpuSource() {
 
 Result<std::vector<api::Gpu>> NvmlGpuSource::Discover() { return Read(false); }
 
-Result<std::vector<api::Gpu>> NvmlGpuSource::Sample(const std::set<int>& /*busy*/) {
+Result<std::vector<api::Gpu>> NvmlGpuSource::Sample(const std::map<int, int>& /*busy*/) {
   return Read(true);
 }
 

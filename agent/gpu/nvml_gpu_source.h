@@ -19,7 +19,7 @@ class NvmlGpuSource final : public GpuSource {
   ~NvmlGpuSource() override;
 
   Result<std::vector<api::Gpu>> Discover() override;
-  Result<std::vector<api::Gpu>> Sample(const std::set<int>& busy) override;
+  Result<std::vector<api::Gpu>> Sample(const std::map<int, int>& busy) override;
 
   struct Api;  // the resolved NVML entry points
 

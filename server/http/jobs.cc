@@ -1,6 +1,8 @@
-// /v1/jobs: submit, list, get, cancel, logs (with follow), outputs; /v1/code.
+// /v1/jobs: submit, list, get, cancel, logs (with follow), metrics, GPU telemetry, outputs;
+// /v1/code.
 #include <spdlog/spdlog.h>
 
+#include "api/telemetry.h"
 #include "api/types.h"
 #include "common/archive.h"
 #include "common/paths.h"
@@ -30,6 +32,18 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
   }
   if (seg.size() == 4 && seg[3] == "logs" && req.method == "GET") return Logs(req, caller, id);
   if (seg.size() == 4 && seg[3] == "metrics" && req.method == "GET") return Metrics(req, caller, id);
+  if (seg.size() == 4 && seg[3] == "telemetry" && req.method == "GET") {
+    for (auto& [k, v] : req.query) {
+      if (k != "series") return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+    }
+    std::string series = req.Query("series");
+    if (!series.empty() && series != "true" && series != "false") {
+      return ErrorResponse(Status::InvalidArgument("must be true or false", "series"));
+    }
+    auto t = core_->JobTelemetry(caller, id, series != "false");
+    if (!t.ok()) return ErrorResponse(t.status());
+    return JsonResponse(200, api::ToJson(*t));
+  }
   if (seg.size() == 4 && seg[3] == "checkpoint" && req.method == "GET") {
     auto job = core_->GetJob(caller, id);
     if (!job.ok()) return ErrorResponse(job.status());

@@ -47,7 +47,11 @@ class CoreTest : public ::testing::Test {
     Boot();
   }
   void Boot() {
-    core_ = std::make_unique<Core>(store_.get(), &clock_, CoreOptions{10'000, 10'000, 20});
+    CoreOptions options;
+    options.node_timeout_ms = 10'000;
+    options.report_grace_ms = 10'000;
+    options.tick_ms = 20;
+    core_ = std::make_unique<Core>(store_.get(), &clock_, options);
     ASSERT_TRUE(core_->Recover().ok());
     core_->Start();
   }

@@ -191,11 +191,13 @@ Cluster::~Cluster() {
   if (!getenv("TIDE_E2E_KEEP")) std::system(("rm -rf " + dir_).c_str());
 }
 
-void Cluster::StartServer() {
+void Cluster::StartServer(const std::vector<std::string>& extra_args) {
   server_ = std::make_unique<Process>();
-  server_->Start({TIDE_BINARY, "server", "--listen", listen_, "--data-dir", dir_ + "/server",
-                  "--node-timeout", node_timeout_},
-                 dir_ + "/server-" + std::to_string(server_starts_++) + ".log");
+  std::vector<std::string> argv = {TIDE_BINARY,      "server",       "--listen",
+                                   listen_,          "--data-dir",   dir_ + "/server",
+                                   "--node-timeout", node_timeout_};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  server_->Start(argv, dir_ + "/server-" + std::to_string(server_starts_++) + ".log");
   auto probe = api::Client::Create(url_, "");
   bool up = Eventually([&] { return (*probe)->Health().ok(); }, std::chrono::seconds(20));
   if (!up) throw std::runtime_error("server did not start: " + ReadAll(server_->log_path()));
@@ -204,6 +206,8 @@ void Cluster::StartServer() {
     admin_ = std::move(api::Client::Create(url_, token)).value();
   }
 }
+
+std::string Cluster::admin_token() const { return Trim(ReadAll(dir_ + "/server/admin.token")); }
 
 void Cluster::KillServer(int sig) {
   server_->Signal(sig);

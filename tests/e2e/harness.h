@@ -51,7 +51,8 @@ class Cluster {
   explicit Cluster(std::string node_timeout = "3s");
   ~Cluster();
 
-  void StartServer();
+  // `extra_args` go to this start of `tide server` only.
+  void StartServer(const std::vector<std::string>& extra_args = {});
   void KillServer(int sig);
   // Starts an agent and waits until the server lists it. It joins with the
   // cluster's join token unless `extra_args` holds a --join-token.
@@ -63,6 +64,8 @@ class Cluster {
   std::string NewUser(const std::string& name);
   std::unique_ptr<api::Client> ClientFor(const std::string& token) const;
   api::Client& admin() { return *admin_; }
+  // The server's admin token (for admin commands through Cli).
+  std::string admin_token() const;
 
   // Runs `tide ARGS` with TIDE_SERVER and TIDE_TOKEN set.
   CliResult Cli(const std::vector<std::string>& args, const std::string& token) const;
