@@ -52,6 +52,10 @@ int RunSbatch(const SbatchArgs& args) {
   for (const auto& w : plan->warnings) std::cerr << "warning: " << w << "\n";
 
   // The submit directory travels as the job's code, the script beside it.
+  // The submit directory by its full name in messages, as Slurm reports it.
+  std::error_code cwd_error;
+  if (!line->code_chosen) line->code_dir = std::filesystem::current_path(cwd_error).string();
+  if (cwd_error) return PrintError(Status::Internal("the current directory: " + cwd_error.message()));
   CodeOptions code;
   code.extra_files = {{plan->script_in_code, *text}};
   code.skip_other_files = true;
