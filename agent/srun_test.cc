@@ -96,7 +96,8 @@ TEST_F(SrunTest, RunsTheCommandOncePerTaskWithItsIds) {
   EXPECT_EQ(Run(With({"-n3"}, Sh("echo $SLURM_PROCID"))).Lines(), (Lines{"0", "1", "2"}));
   // Without -n: the job's tasks (tide sbatch --ntasks), else one per node.
   EXPECT_EQ(Run(Sh("echo $SLURM_PROCID")).Lines(), (Lines{"0"}));
-  EXPECT_EQ(Run(Sh("echo $SLURM_PROCID"), 0, 1, {{"SLURM_NTASKS", "2"}}).Lines(), (Lines{"0", "1"}));
+  EXPECT_EQ(Run(Sh("echo $SLURM_PROCID"), 0, 1, {{"SLURM_NTASKS", "2"}}).Lines(),
+            (Lines{"0", "1"}));
   // Arguments after the command are the command's.
   EXPECT_EQ(Run({"-n", "1", "echo", "-n", "2", "--label"}).out, "2 --label");
 }
@@ -108,7 +109,8 @@ TEST_F(SrunTest, AGangSplitsTheTasksInBlocksOverItsNodes) {
   // By default one task per node.
   EXPECT_EQ(Run(Sh(kIds), 1, 2).Lines(), (Lines{"1 0 1 2"}));
   // --ntasks-per-node fills each node in turn.
-  EXPECT_EQ(Run(With({"--ntasks-per-node=2"}, Sh(kIds)), 1, 2).Lines(), (Lines{"2 0 1 4", "3 1 1 4"}));
+  EXPECT_EQ(Run(With({"--ntasks-per-node=2"}, Sh(kIds)), 1, 2).Lines(),
+            (Lines{"2 0 1 4", "3 1 1 4"}));
   EXPECT_EQ(Run(With({"-n", "2", "--ntasks-per-node", "2"}, Sh(kIds)), 1, 2).Lines(), Lines{});
   // -N 1: only the first node runs the step; the others return at once.
   Ran other = Run(With({"-N", "1"}, Sh("echo ran")), 1, 2);
@@ -133,8 +135,10 @@ TEST_F(SrunTest, ExitsWithTheHighestExitCodeAfterAllTasks) {
 TEST_F(SrunTest, LabelsGpusCpusExportAndChdir) {
   EXPECT_EQ(Run(With({"-l", "-n", "2"}, Sh("echo hi"))).Lines(), (Lines{"0: hi", "1: hi"}));
   EXPECT_EQ(Run(With({"-lu", "-n", "2"}, Sh("echo hi"))).Lines(), (Lines{"0: hi", "1: hi"}));
-  EXPECT_EQ(Run(With({"-n", "2", "--gpus-per-task=1"}, Sh("echo $SLURM_PROCID=$CUDA_VISIBLE_DEVICES"))).Lines(),
-            (Lines{"0=0", "1=1"}));
+  EXPECT_EQ(
+      Run(With({"-n", "2", "--gpus-per-task=1"}, Sh("echo $SLURM_PROCID=$CUDA_VISIBLE_DEVICES")))
+          .Lines(),
+      (Lines{"0=0", "1=1"}));
   EXPECT_EQ(Run(With({"--gpus-per-node=1"}, Sh("echo $CUDA_VISIBLE_DEVICES"))).out, "0\n");
   EXPECT_EQ(Run(With({"--gres=gpu:RTX4090:2"}, Sh("echo $CUDA_VISIBLE_DEVICES"))).out, "0,1\n");
   EXPECT_EQ(Run(With({"-c", "4"}, Sh("echo $SLURM_CPUS_PER_TASK"))).out, "4\n");
@@ -168,7 +172,7 @@ TEST_F(SrunTest, WhatItCannotHonourIsRefusedNamingTheOption) {
   for (const auto& [args, part] : cases) {
     Ran r = Run(args, 0, 2);
     EXPECT_EQ(r.rc, 1) << part;
-    EXPECT_NE(r.err.find("srun: error: " ), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("srun: error: "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(part), std::string::npos) << part << ": " << r.err;
     EXPECT_EQ(r.out, "") << part;
   }

@@ -23,8 +23,7 @@ namespace {
 bool Match(const std::string& pat, size_t p, const std::string& text, size_t t) {
   while (p < pat.size()) {
     const char c = pat[p];
-    if (c == '*' && p + 1 < pat.size() && pat[p + 1] == '*' &&
-        (p == 0 || pat[p - 1] == '/')) {
+    if (c == '*' && p + 1 < pat.size() && pat[p + 1] == '*' && (p == 0 || pat[p - 1] == '/')) {
       size_t rest = p + 2;
       if (rest < pat.size() && pat[rest] == '/') {
         // "**/": zero or more whole directories.
@@ -35,7 +34,7 @@ bool Match(const std::string& pat, size_t p, const std::string& text, size_t t) 
         return false;
       }
       if (rest == pat.size()) return true;  // "/**": everything below
-      ++p;  // "**x" is "*x"
+      ++p;                                  // "**x" is "*x"
       continue;
     }
     if (c == '*') {
@@ -100,7 +99,8 @@ void IgnoreRules::Add(const std::string& text, const std::string& base) {
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
-    std::string line = TrimLine(text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos));
+    std::string line =
+        TrimLine(text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos));
     pos = nl == std::string::npos ? text.size() + 1 : nl + 1;
     if (line.empty() || line[0] == '#') continue;
     Rule r;
@@ -237,7 +237,8 @@ Result<PackedCode> PackCode(const std::string& dir, const CodeOptions& options) 
         largest += (i ? ", " : "") + big[i].second + " " + FormatBytes(big[i].first);
       }
       return Status::TooLarge(dir + " holds " + (t.stopped ? "more than " : "") +
-                              FormatBytes(t.bytes) + " to upload (leaving out .git and what "
+                              FormatBytes(t.bytes) +
+                              " to upload (leaving out .git and what "
                               ".gitignore names), more than the limit of " +
                               FormatBytes(options.max_bytes) + "; the largest: " + largest);
     }

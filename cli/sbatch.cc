@@ -25,7 +25,8 @@ struct SbatchArgs {
   std::vector<std::string> rest;  // [options...] script [args...]
 };
 
-constexpr const char* kUsage = "tide sbatch [--code DIR | --no-code] [SBATCH OPTIONS] SCRIPT [ARGS]";
+constexpr const char* kUsage =
+    "tide sbatch [--code DIR | --no-code] [SBATCH OPTIONS] SCRIPT [ARGS]";
 
 // The script's text; a directory or an unreadable file is refused naming it.
 Result<std::string> ReadScript(const std::string& path) {
@@ -55,7 +56,8 @@ int RunSbatch(const SbatchArgs& args) {
   // The submit directory by its full name in messages, as Slurm reports it.
   std::error_code cwd_error;
   if (!line->code_chosen) line->code_dir = std::filesystem::current_path(cwd_error).string();
-  if (cwd_error) return PrintError(Status::Internal("the current directory: " + cwd_error.message()));
+  if (cwd_error)
+    return PrintError(Status::Internal("the current directory: " + cwd_error.message()));
   CodeOptions code;
   code.extra_files = {{plan->script_in_code, *text}};
   code.skip_other_files = true;
@@ -67,16 +69,16 @@ int RunSbatch(const SbatchArgs& args) {
       st = Status::TooLarge(
           "tide sbatch uploads the directory it runs in, as $SLURM_SUBMIT_DIR: " + st.message() +
           ". Run it from a smaller directory, choose one with --code DIR (up to what the server "
-          "takes), list what to leave out in .gitignore, or give --no-code to upload only the script");
+          "takes), list what to leave out in .gitignore, or give --no-code to upload only the "
+          "script");
     } else {
       st = st.WithContext("pack " + (line->code_dir.empty() ? line->script : line->code_dir));
     }
     return PrintError(st);
   }
   if (!packed->skipped.empty()) {
-    std::cerr << "warning: left out " << packed->skipped.size()
-              << " symlinks and special files of " << line->code_dir << " (first: "
-              << packed->skipped.front() << ")\n";
+    std::cerr << "warning: left out " << packed->skipped.size() << " symlinks and special files of "
+              << line->code_dir << " (first: " << packed->skipped.front() << ")\n";
   }
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
@@ -150,8 +152,8 @@ Result<SbatchCommandLine> ParseSbatchCommandLine(const std::vector<std::string>&
 
 void AddSbatchCommand(CLI::App& app) {
   auto args = std::make_shared<SbatchArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "sbatch", std::string("Run a Slurm batch script unchanged: ") + kUsage);
+  CLI::App* cmd =
+      app.add_subcommand("sbatch", std::string("Run a Slurm batch script unchanged: ") + kUsage);
   cmd->footer(
       "The directory tide sbatch runs in is uploaded (up to 100 MiB; .git and what .gitignore\n"
       "names are left out) and is $SLURM_SUBMIT_DIR, where the script starts:\n"

@@ -89,7 +89,8 @@ TEST_F(SlurmTest, CodeChoosesTheDirectoryAndNoCodeSendsOnlyTheScript) {
   // --code DIR from anywhere; options and --code in any order before the script.
   const std::string elsewhere = cluster_.dir() + "/elsewhere";
   fs::create_directories(elsewhere);
-  std::string id = Sbatch({"-J", "chosen", "--code", proj_, "--time=5", proj_ + "/run.sh"}, elsewhere);
+  std::string id =
+      Sbatch({"-J", "chosen", "--code", proj_, "--time=5", proj_ + "/run.sh"}, elsewhere);
   ASSERT_FALSE(id.empty());
   api::Job done = WaitTerminal(*client_, id);
   EXPECT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << "\n" << Logs(id);
@@ -102,9 +103,10 @@ TEST_F(SlurmTest, CodeChoosesTheDirectoryAndNoCodeSendsOnlyTheScript) {
   EXPECT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << "\n" << Logs(id);
 
   // --no-code: the script alone, still started in $SLURM_SUBMIT_DIR.
-  Write("alone.sh",
-        "#!/bin/bash\ntest ! -e train.py || exit 7\ntest \"$PWD\" = \"$SLURM_SUBMIT_DIR\" || exit 8\n"
-        "echo alone\n");
+  Write(
+      "alone.sh",
+      "#!/bin/bash\ntest ! -e train.py || exit 7\ntest \"$PWD\" = \"$SLURM_SUBMIT_DIR\" || exit 8\n"
+      "echo alone\n");
   id = Sbatch({"--no-code", "alone.sh"}, proj_);
   ASSERT_FALSE(id.empty());
   done = WaitTerminal(*client_, id);
@@ -160,7 +162,8 @@ TEST_F(SlurmTest, SrunRunsOneCommandPerTaskAndFailsWithThem) {
   EXPECT_NE(log.find("trained on mnist"), std::string::npos) << log;
 
   // sbatch --ntasks is what a bare srun starts.
-  done = RunScript("#!/bin/bash\n#SBATCH --ntasks=3\nsrun sh -c 'echo task $SLURM_PROCID of $SLURM_NTASKS'\n");
+  done = RunScript(
+      "#!/bin/bash\n#SBATCH --ntasks=3\nsrun sh -c 'echo task $SLURM_PROCID of $SLURM_NTASKS'\n");
   ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << "\n" << Logs(done.id);
   EXPECT_NE(Logs(done.id).find("task 2 of 3"), std::string::npos) << Logs(done.id);
 
@@ -168,7 +171,8 @@ TEST_F(SlurmTest, SrunRunsOneCommandPerTaskAndFailsWithThem) {
   done = RunScript("#!/bin/bash\nsrun -n 2 sh -c 'exit $((SLURM_PROCID * 5))'\n");
   EXPECT_EQ(done.status, api::JobStatus::kFailed);
   EXPECT_EQ(done.exit_code, 5) << done.reason;
-  EXPECT_NE(Logs(done.id).find("task 1: exited with exit code 5"), std::string::npos) << Logs(done.id);
+  EXPECT_NE(Logs(done.id).find("task 1: exited with exit code 5"), std::string::npos)
+      << Logs(done.id);
 
   // What it cannot honour is refused naming the option.
   done = RunScript("#!/bin/bash\nsrun --multi-prog tasks.conf\n");
@@ -182,11 +186,13 @@ TEST_F(SlurmTest, SrunInAGangCoversEveryRank) {
   cluster_.StartAgent("b", "2xRTX4090:24GB");
   api::Job done = RunScript(
       "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks=4\n#SBATCH --gres=gpu:2\n"
-      "srun sh -c 'echo task=$SLURM_PROCID node=$SLURM_NODEID local=$SLURM_LOCALID of=$SLURM_NTASKS'\n"
+      "srun sh -c 'echo task=$SLURM_PROCID node=$SLURM_NODEID local=$SLURM_LOCALID "
+      "of=$SLURM_NTASKS'\n"
       "srun -N 1 sh -c 'echo only on node $SLURM_NODEID'\n");
   ASSERT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << "\n" << Logs(done.id);
   const std::string rank0 = Logs(done.id, 0), rank1 = Logs(done.id, 1);
-  for (const char* line : {"task=0 node=0 local=0 of=4", "task=1 node=0 local=1 of=4", "only on node 0"}) {
+  for (const char* line :
+       {"task=0 node=0 local=0 of=4", "task=1 node=0 local=1 of=4", "only on node 0"}) {
     EXPECT_NE(rank0.find(line), std::string::npos) << line << "\n" << rank0;
   }
   for (const char* line : {"task=2 node=1 local=0 of=4", "task=3 node=1 local=1 of=4"}) {
