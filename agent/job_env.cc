@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "agent/runtime/process_runtime.h"
+
 namespace tide::agent {
 
 JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int attempt) {
@@ -14,6 +16,7 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
   // The agent writes the notice; the job may only read it.
   p.control = p.root + "/control";
   p.notice = p.control + "/notice";
+  p.bin = p.control + "/bin";
   p.metrics = p.root + "/metrics.jsonl";
   p.log = p.root + "/log";
   return p;
@@ -102,6 +105,10 @@ void AddSlurmVars(const api::Job& job, const api::Gang& gang, const JobPaths& pa
   set("SLURM_RESTART_COUNT", std::to_string(job.attempt - 1));
   set("SLURM_CLUSTER_NAME", "tide");
   if (!node_name.empty()) set("SLURMD_NODENAME", node_name);
+  // srun (agent/srun.sh) before any other, the host's included.
+  auto path = env->find("PATH");
+  const std::string rest = path == env->end() ? kDefaultPath : path->second;
+  (*env)["PATH"] = paths.bin + ":" + rest;
 }
 
 }  // namespace

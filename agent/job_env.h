@@ -18,6 +18,7 @@ struct JobPaths {
   std::string checkpoint;  // TIDE_CHECKPOINT_DIR
   std::string control;     // the agent's, read-only to the job: holds the notice
   std::string notice;      // TIDE_NOTICE_FILE: written before SIGTERM
+  std::string bin;         // the agent's programs for the job (srun), first on a Slurm job's PATH
   std::string metrics;     // TIDE_METRICS_FILE: JSON lines the job appends
   std::string log;         // stdout+stderr, as shipped
 };
@@ -33,7 +34,7 @@ JobPaths PathsFor(const std::string& data_dir, const std::string& job_id, int at
 // TIDE_GPUS_PER_NODE, and for a gang WORLD_SIZE (all GPUs of the job),
 // MASTER_ADDR and MASTER_PORT (rank 0's rendezvous), so `torchrun` needs no
 // other setup. With spec.slurm also the SLURM_* variables of a batch
-// script (docs/slurm.md).
+// script (docs/slurm.md), and `bin` (where srun is) first on PATH.
 // The variable a batch trial's parameter arrives in: "lr" -> TIDE_PARAM_LR,
 // "batch-size" -> TIDE_PARAM_BATCH_SIZE.
 std::string ParamVariable(const std::string& name);

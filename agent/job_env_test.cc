@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/runtime/process_runtime.h"
+
 namespace tide::agent {
 namespace {
 
@@ -129,6 +131,15 @@ TEST(BuildJobEnv, SlurmScriptsGetTheirVariablesUnlessTheSpecSetsThem) {
   EXPECT_EQ(env["SLURM_RESTART_COUNT"], "1");
   EXPECT_EQ(env["SLURM_CLUSTER_NAME"], "tide");
   EXPECT_EQ(env["SLURMD_NODENAME"], "gpu-node-1");
+  EXPECT_EQ(paths.bin, "/d/jobs/j-5/2/control/bin");
+  EXPECT_EQ(env["PATH"], paths.bin + ":" + kDefaultPath) << "srun first";
+
+  job.spec.env["PATH"] = "/opt/conda/bin:/usr/bin";
+  EXPECT_EQ(BuildJobEnv(job, {}, paths, FourGpus())["PATH"], paths.bin + ":/opt/conda/bin:/usr/bin");
+  job.spec.slurm = false;
+  EXPECT_EQ(BuildJobEnv(job, {}, paths, FourGpus())["PATH"], "/opt/conda/bin:/usr/bin");
+  job.spec.slurm = true;
+  job.spec.env.erase("PATH");
 
   job.spec.resources = {};
   auto bare = BuildJobEnv(job, {}, paths, FourGpus());

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "agent/srun.h"
 #include "common/archive.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -188,6 +189,14 @@ Status JobRunner::Prepare(LaunchSpec* spec) {
     if (!archive.ok()) return archive.status().WithContext("fetch code archive " + job_.spec.code);
     Status st = UnpackArchive(*archive, paths_.work);
     if (!st.ok()) return st.WithContext("unpack code archive");
+  }
+
+  if (job_.spec.slurm) {
+    // srun for the batch script, where the job can run but not change it.
+    fs::create_directories(paths_.bin, ec);
+    if (ec) return Status::Internal("create " + paths_.bin + ": " + ec.message());
+    fs::permissions(paths_.bin, fs::perms(0755), ec);
+    TIDE_RETURN_IF_ERROR(WriteFileAtomic(paths_.bin + "/srun", SrunScript(), 0755));
   }
 
   spec->argv = job_.spec.command;

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "agent/srun.h"
 #include "agent/testing/fake_runtime.h"
 #include "agent/testing/fake_server.h"
 #include "common/archive.h"
@@ -266,6 +269,33 @@ TEST_F(JobRunnerTest, CodeIsFetchedAndUnpackedBeforeTheStart) {
   auto job = Started();
   EXPECT_TRUE(fs::exists(job->spec().work_dir + "/run.sh"));
   job->Exit({0, 0});
+  ASSERT_TRUE(WaitDone());
+}
+
+TEST_F(JobRunnerTest, ASlurmJobFindsSrunFirstOnItsPath) {
+  api::Job spec = MakeJob("j-srun");
+  spec.spec.slurm = true;
+  Start(spec);
+  auto job = Started();
+  const std::string bin = dir_ + "/jobs/j-srun/1/control/bin";
+  EXPECT_EQ(job->spec().env.at("PATH").rfind(bin + ":", 0), 0u) << job->spec().env.at("PATH");
+  struct stat st {};
+  ASSERT_EQ(::stat((bin + "/srun").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  EXPECT_EQ(*ReadFile(bin + "/srun"), SrunScript());
+  // Readable to the job, under its control directory, not in its code.
+  EXPECT_NE(std::find(job->spec().readable.begin(), job->spec().readable.end(),
+                      dir_ + "/jobs/j-srun/1/control"),
+            job->spec().readable.end());
+  job->Exit({0, 0});
+  ASSERT_TRUE(WaitDone());
+
+  Start(MakeJob("j-plain"));
+  auto plain = runtime_.WaitStarted(1);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->spec().env.count("PATH"), 0u) << "only Slurm jobs get srun";
+  EXPECT_FALSE(fs::exists(dir_ + "/jobs/j-plain/1/control/bin"));
+  plain->Exit({0, 0});
   ASSERT_TRUE(WaitDone());
 }
 

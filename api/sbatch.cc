@@ -87,7 +87,8 @@ Status TypedCount(const Directives& d, const Opt& o, const std::string& value, i
 }
 
 // --nodes, the GPUs, the tasks, --cpus-per-task and the memory.
-Status PlanResources(const Directives& d, Resources* res, std::vector<std::string>* warnings) {
+Status PlanResources(const Directives& d, Resources* res, std::map<std::string, std::string>* env,
+                     std::vector<std::string>* warnings) {
   if (const Opt* o = d.get("nodes")) {
     auto n = PositiveInt(o->value, "--nodes");
     if (!n.ok()) return d.Fail(*o, "must be one number of nodes (a range like 2-4 cannot be honoured)");
@@ -129,16 +130,20 @@ Status PlanResources(const Directives& d, Resources* res, std::vector<std::strin
     if (!n.ok()) return d.Fail(*o, "must be a positive number");
     tasks_per_node = *n;
   }
+  int64_t ntasks = 0;
+  if (d.get("ntasks-per-node") != nullptr) {
+    ntasks = static_cast<int64_t>(tasks_per_node) * res->nodes;
+    (*env)["SLURM_NTASKS_PER_NODE"] = std::to_string(tasks_per_node);
+  }
   if (const Opt* o = d.get("ntasks")) {
     auto n = PositiveInt(o->value, "--ntasks");
     if (!n.ok()) return d.Fail(*o, "must be a positive number");
     if (*n > res->nodes) tasks_per_node = std::max(tasks_per_node, (*n + res->nodes - 1) / res->nodes);
+    ntasks = *n;
   }
-  if (tasks_per_node > 1) {
-    warnings->push_back("--ntasks: the script runs once per node and srun is not provided; the CPUs "
-                        "and memory of all " + std::to_string(tasks_per_node) +
-                        " tasks per node are asked for");
-  }
+  // What srun starts when not told otherwise (the agent's default is one
+  // task per node).
+  if (ntasks > 0) (*env)["SLURM_NTASKS"] = (*env)["SLURM_NPROCS"] = std::to_string(ntasks);
   if (const Opt* o = d.get("cpus-per-task")) {
     auto n = PositiveInt(o->value, "--cpus-per-task");
     if (!n.ok()) return d.Fail(*o, "must be a positive number");
@@ -251,7 +256,8 @@ Status CheckUnsupported(const Directives& d, std::vector<std::string>* warnings)
       {"export", "ignored: the environment is always the job's own (TIDE_*, SLURM_*)"},
       {"propagate", "ignored: limits are the node's"},
       {"get-user-env", "ignored"},
-      {"chdir", "ignored: the script runs in its work directory ($SLURM_SUBMIT_DIR)"},
+      {"chdir", "ignored: the script runs in $SLURM_SUBMIT_DIR, the job's copy of the directory "
+                "tide sbatch uploaded (choose it with --code DIR)"},
       {"requeue", "a job is always requeued after a preemption or a lost node"},
       {"no-requeue", "ignored: a job is always requeued after a preemption or a lost node"},
       {"parsable", ""},
@@ -268,7 +274,7 @@ Status CheckUnsupported(const Directives& d, std::vector<std::string>* warnings)
       {"hold", "a held job cannot be honoured"},
       {"reservation", "reservations cannot be honoured"},
       {"licenses", "licenses cannot be honoured"},
-      {"gpus-per-task", "give --gpus-per-node or --gres=gpu:N: one task runs per node"},
+      {"gpus-per-task", "give --gpus-per-node or --gres=gpu:N (and srun --gpus-per-task)"},
       {"wait", "use tide wait ID"},
       {"priority", "use --nice"},
   };
@@ -285,7 +291,7 @@ Status CheckUnsupported(const Directives& d, std::vector<std::string>* warnings)
 // --output names (Slurm's default slurm-%j.out, slurm-%A_%a.out for an
 // array) in the job's outputs, its errors to --error's when given.
 Result<std::vector<std::string>> PlanCommand(const Directives& d, bool array,
-                                             const std::string& base,
+                                             const std::string& script_in_code,
                                              const std::vector<std::string>& script_args,
                                              std::vector<std::string>* warnings) {
   std::string out_pattern = array ? "slurm-%A_%a.out" : "slurm-%j.out";
@@ -315,7 +321,7 @@ Result<std::vector<std::string>> PlanCommand(const Directives& d, bool array,
   } else {
     wrapper += "\"./$0\" \"$@\" 2>&1 | " + tee + "\nexit \"${PIPESTATUS[0]}\"\n";
   }
-  std::vector<std::string> command = {"/bin/bash", "-c", wrapper, base};
+  std::vector<std::string> command = {"/bin/bash", "-c", wrapper, script_in_code};
   command.insert(command.end(), script_args.begin(), script_args.end());
   return command;
 }
@@ -327,10 +333,13 @@ Result<BatchSpec> PlanArray(const JobSpec& spec, const std::vector<int>& tasks, 
   json tmpl = ToJson(spec);
   for (auto& c : tmpl["command"]) c = EscapeBraces(c.get<std::string>());
   tmpl["name"] = EscapeBraces(spec.name);
-  tmpl["env"] = {{"SLURM_ARRAY_TASK_ID", "{task}"},
-                 {"SLURM_ARRAY_TASK_COUNT", std::to_string(tasks.size())},
-                 {"SLURM_ARRAY_TASK_MIN", std::to_string(*std::min_element(tasks.begin(), tasks.end()))},
-                 {"SLURM_ARRAY_TASK_MAX", std::to_string(*std::max_element(tasks.begin(), tasks.end()))}};
+  json env = json::object();
+  for (const auto& [k, v] : spec.env) env[k] = EscapeBraces(v);
+  env["SLURM_ARRAY_TASK_ID"] = "{task}";
+  env["SLURM_ARRAY_TASK_COUNT"] = std::to_string(tasks.size());
+  env["SLURM_ARRAY_TASK_MIN"] = std::to_string(*std::min_element(tasks.begin(), tasks.end()));
+  env["SLURM_ARRAY_TASK_MAX"] = std::to_string(*std::max_element(tasks.begin(), tasks.end()));
+  tmpl["env"] = env;
   json jobs = json::array();
   for (int t : tasks) jobs.push_back({{"id", std::to_string(t)}, {"task", t}});
   json batch = {{"experiment_batch", spec.name}, {"template", tmpl}, {"jobs", jobs}};
@@ -353,7 +362,12 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
   JobSpec spec;
   spec.name = base;
   spec.slurm = true;
-  TIDE_RETURN_IF_ERROR(PlanResources(d, &spec.resources, &plan.warnings));
+  TIDE_RETURN_IF_ERROR(PlanResources(d, &spec.resources, &spec.env, &plan.warnings));
+  if (spec.resources.nodes > 1) {
+    plan.warnings.push_back(
+        "--nodes: the script runs on each of the " + std::to_string(spec.resources.nodes) +
+        " nodes, not only on the first; srun on each node starts that node's tasks (docs/slurm.md)");
+  }
   TIDE_RETURN_IF_ERROR(PlanTime(d, &spec));
   TIDE_RETURN_IF_ERROR(PlanScheduling(d, &spec));
   TIDE_RETURN_IF_ERROR(CheckUnsupported(d, &plan.warnings));
@@ -365,7 +379,8 @@ Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& file
     if (!st.ok()) return d.Fail(*o, st.message());
     plan.array = true;
   }
-  auto command = PlanCommand(d, plan.array, base, script_args, &plan.warnings);
+  plan.script_in_code = std::string(kSbatchScriptDir) + "/" + base;
+  auto command = PlanCommand(d, plan.array, plan.script_in_code, script_args, &plan.warnings);
   if (!command.ok()) return command.status();
   spec.command = std::move(*command);
 

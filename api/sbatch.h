@@ -16,10 +16,17 @@
 
 namespace tide::api {
 
+// Where the script travels in the job's code archive, below the copy of
+// the submit directory ($SLURM_SUBMIT_DIR), as sbatch keeps its copy of a
+// script apart from the submit directory.
+inline constexpr const char* kSbatchScriptDir = ".tide/sbatch";
+
 struct SbatchPlan {
   // The job; for an array, what every task runs. `code` is left for the
-  // caller (the archive holding the script).
+  // caller: the archive of the submit directory with the script at
+  // `script_in_code`.
   JobSpec spec;
+  std::string script_in_code;  // ".tide/sbatch/train.sh"
   // An array: the batch to submit instead (its template is `spec`, with
   // Slurm's array variables).
   bool array = false;

@@ -146,12 +146,36 @@ TEST(SbatchTest, ScriptArgumentsFollowTheScriptAndNiceIsPriority) {
                       {}, {"--epochs", "3"});
   ASSERT_EQ(p.spec.command.size(), 6u);
   EXPECT_EQ(p.spec.command[0], "/bin/bash");
-  EXPECT_EQ(p.spec.command[3], "train.sh");
+  EXPECT_EQ(p.spec.command[3], ".tide/sbatch/train.sh");
+  EXPECT_EQ(p.script_in_code, ".tide/sbatch/train.sh") << "where the caller puts the script";
   EXPECT_EQ(p.spec.command[4], "--epochs");
   EXPECT_EQ(p.spec.command[5], "3");
   EXPECT_EQ(p.spec.priority, -100);
   EXPECT_EQ(p.spec.resources.memory_mb, 2 * 8192);
   EXPECT_TRUE(p.spec.code.empty()) << "the caller uploads the script";
+}
+
+TEST(SbatchTest, TasksAreWhatSrunStartsByDefault) {
+  SbatchPlan p = Plan("#!/bin/bash\n#SBATCH --ntasks=4\n#SBATCH --nodes=2\n#SBATCH -c 2\n");
+  EXPECT_EQ(p.spec.env.at("SLURM_NTASKS"), "4");
+  EXPECT_EQ(p.spec.env.at("SLURM_NPROCS"), "4");
+  EXPECT_EQ(p.spec.resources.cpus, 4) << "2 tasks per node, 2 CPUs each";
+  bool warned = false;
+  for (const auto& w : p.warnings) warned = warned || w.find("runs on each of the 2 nodes") != std::string::npos;
+  EXPECT_TRUE(warned);
+
+  p = Plan("#!/bin/bash\n#SBATCH --ntasks-per-node=3\n#SBATCH -N 2\n");
+  EXPECT_EQ(p.spec.env.at("SLURM_NTASKS"), "6");
+  EXPECT_EQ(p.spec.env.at("SLURM_NTASKS_PER_NODE"), "3");
+
+  p = Plan("#!/bin/bash\necho one task\n");
+  EXPECT_EQ(p.spec.env.count("SLURM_NTASKS"), 0u) << "the agent's default: one per node";
+  EXPECT_TRUE(p.warnings.size() == 1) << "only the GPU warning for a one-node job";
+
+  // An array's tasks keep them.
+  p = Plan("#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH -n 2\n");
+  ASSERT_TRUE(p.array);
+  EXPECT_EQ(p.batch.job_template["env"]["SLURM_NTASKS"], "2");
 }
 
 TEST(SbatchTest, ABadGpuTypeIsRefusedNamingTheLine) {

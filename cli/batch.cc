@@ -27,8 +27,8 @@
 #include "api/batch.h"
 #include "api/http_client.h"
 #include "api/spec_file.h"
+#include "cli/code.h"
 #include "cli/common.h"
-#include "common/archive.h"
 #include "common/paths.h"
 
 namespace tide::cli {
@@ -112,9 +112,9 @@ int RunSubmit(SubmitArgs& args) {
   if (!client.ok()) return PrintError(client.status());
   if (!code_dir.empty()) {
     // Every trial runs with the same code.
-    auto archive = PackDirectory(code_dir);
-    if (!archive.ok()) return PrintError(archive.status().WithContext("pack " + code_dir));
-    auto id = (*client)->UploadCode(*archive);
+    auto packed = PackCode(code_dir);
+    if (!packed.ok()) return PrintError(packed.status().WithContext("pack " + code_dir));
+    auto id = (*client)->UploadCode(packed->archive);
     if (!id.ok()) return PrintError(id.status().WithContext("upload " + code_dir));
     doc->value["template"]["code"] = *id;
   }

@@ -5,7 +5,8 @@
 // typed api::JobSpec by the server's own validator before it is sent, so a
 // mistake in the file is reported with its line ("job.yaml:7:
 // resources.gpu_count: must be at least 1") and one in the flags names the
-// field. `--code DIR` packs DIR, uploads it and sets "code" to the archive id.
+// field. `--code DIR` packs DIR (cli/code.h: without .git and what .gitignore
+// names), uploads it and sets "code" to the archive id.
 #include "cli/job_submit.h"
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include "api/sbatch.h"
 #include "api/spec_file.h"
 #include "api/types.h"
+#include "cli/code.h"
 #include "cli/common.h"
-#include "common/archive.h"
 #include "common/paths.h"
 
 namespace tide::cli {
@@ -122,12 +123,12 @@ int RunSubmit(SubmitOptions opts) {
   if (!client.ok()) return PrintError(client.status());
 
   if (!opts.code_dir.empty()) {
-    auto archive = PackDirectory(opts.code_dir);
-    if (!archive.ok()) return PrintError(archive.status().WithContext("pack " + opts.code_dir));
-    auto id = (*client)->UploadCode(*archive);
+    auto packed = PackCode(opts.code_dir);
+    if (!packed.ok()) return PrintError(packed.status().WithContext("pack " + opts.code_dir));
+    auto id = (*client)->UploadCode(packed->archive);
     if (!id.ok()) return PrintError(id.status().WithContext("upload " + opts.code_dir));
     if (!opts.quiet) {
-      std::cerr << "Uploaded " << opts.code_dir << " (" << FormatBytes(archive->size()) << ")\n";
+      std::cerr << "Uploaded " << opts.code_dir << " (" << FormatBytes(packed->archive.size()) << ")\n";
     }
     opts.flags.code = *id;
   }

@@ -153,18 +153,33 @@ Result<std::string> PackDirectory(const std::string& dir, const PackOptions& opt
   std::vector<fs::path> paths;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
+    if (options.exclude) {
+      const bool is_dir = fs::is_directory(it->symlink_status());
+      if (options.exclude(it->path().lexically_relative(dir).generic_string(), is_dir)) {
+        if (is_dir) it.disable_recursion_pending();
+        continue;
+      }
+    }
     paths.push_back(it->path());
   }
   if (ec) return Status::Internal("walk " + dir + ": " + ec.message());
   std::sort(paths.begin(), paths.end());
   for (const auto& p : paths) {
-    std::string rel = fs::relative(p, dir).generic_string();
+    // Lexically: a symlink is named as itself, not as what it points to.
+    std::string rel = p.lexically_relative(dir).generic_string();
     auto st = fs::symlink_status(p);
     std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(),
                                                                             archive_entry_free);
     archive_entry_set_pathname(e.get(), rel.c_str());
+    const bool skip = options.skip_other_files;
+    auto skipped = [&] {
+      if (options.skipped != nullptr) options.skipped->push_back(rel);
+    };
     if (fs::is_symlink(st)) {
-      if (options.skip_other_files) continue;
+      if (skip) {
+        skipped();
+        continue;
+      }
       return Status::InvalidArgument("code directory contains a symlink: " + rel);
     } else if (fs::is_directory(st)) {
       archive_entry_set_filetype(e.get(), AE_IFDIR);
@@ -209,12 +224,33 @@ Result<std::string> PackDirectory(const std::string& dir, const PackOptions& opt
       }
       ::close(*fd);
     } else {
-      if (options.skip_other_files) continue;
+      if (skip) {
+        skipped();
+        continue;
+      }
       return Status::InvalidArgument("code directory contains a special file: " + rel);
     }
     if (static_cast<int64_t>(out.size()) > options.max_bytes) {
       return Status::TooLarge(dir + " packs to more than " + std::to_string(options.max_bytes >> 20) +
                               " MiB");
+    }
+  }
+  for (const auto& [rel, content] : options.extra_files) {
+    // Neither the file nor a directory above it may be packed already.
+    for (fs::path up = rel; !up.empty(); up = up.parent_path()) {
+      if (std::binary_search(paths.begin(), paths.end(), fs::path(dir) / up)) {
+        return Status::InvalidArgument(dir + " already holds " + up.generic_string());
+      }
+    }
+    std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(),
+                                                                            archive_entry_free);
+    archive_entry_set_pathname(e.get(), rel.c_str());
+    archive_entry_set_filetype(e.get(), AE_IFREG);
+    archive_entry_set_perm(e.get(), 0755);
+    archive_entry_set_size(e.get(), static_cast<la_int64_t>(content.size()));
+    if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN ||
+        archive_write_data(w.get(), content.data(), content.size()) < 0) {
+      return Status::Internal("archive " + rel + ": " + ErrorString(w.get()));
     }
   }
   if (archive_write_close(w.get()) != ARCHIVE_OK) {

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -24,12 +27,22 @@ struct PackOptions {
   bool skip_other_files = false;
   // Refuse to build an archive larger than this.
   int64_t max_bytes = INT64_MAX;
+  // Leave out what this says to, by its path below the directory ("a/b.txt")
+  // and whether it is a directory (whose contents are then not visited).
+  std::function<bool(const std::string& rel, bool is_dir)> exclude;
+  // Files to add, by path below the directory: written mode 0755, after
+  // the directory's own; a path the directory also holds is refused.
+  std::vector<std::pair<std::string, std::string>> extra_files;
+  // With skip_other_files: receives the paths left out for being links or
+  // special files.
+  std::vector<std::string>* skipped = nullptr;
 };
 
 // Packs the regular files and directories under `dir` (recursively) into a
 // gzip-compressed tar held in memory. Symlinks and special files in the
 // source are refused (or left out, see PackOptions); files are opened
-// without following links.
+// without following links. `options.exclude` leaves entries out,
+// `options.extra_files` adds some.
 Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options = {});
 
 // Opens the regular file `rel` ("a/b.txt") below the directory `dir_fd` for

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <clocale>
 #include <filesystem>
 #include <fstream>
@@ -256,6 +257,37 @@ TEST_F(ArchiveTest, PackRefusesSymlinksAndSpecialFiles) {
 
   EXPECT_FALSE(PackDirectory(root_ + "/missing").ok());
   EXPECT_FALSE(PackDirectory(src_ + "/ok.txt").ok());
+}
+
+TEST_F(ArchiveTest, ExcludedEntriesStayOutAndExtraFilesGoIn) {
+  Write("keep.txt", "k");
+  Write("skip.log", "s");
+  Write("cache/big.bin", "b");
+  fs::create_symlink("/etc/passwd", src_ + "/passwd");
+  std::vector<std::string> visited, skipped;
+  PackOptions options;
+  options.exclude = [&](const std::string& rel, bool is_dir) {
+    visited.push_back(rel + (is_dir ? "/" : ""));
+    return rel == "skip.log" || rel == "cache";
+  };
+  options.extra_files = {{".tide/sbatch/run.sh", "#!/bin/sh\n"}};
+  options.skip_other_files = true;
+  options.skipped = &skipped;
+  auto packed = PackDirectory(src_, options);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  ASSERT_TRUE(UnpackArchive(*packed, dest_).ok());
+  auto got = Snapshot(dest_);
+  EXPECT_EQ(got.count("keep.txt"), 1u);
+  EXPECT_EQ(got.count("skip.log"), 0u);
+  EXPECT_EQ(got.count("cache"), 0u);
+  EXPECT_EQ(got[".tide/sbatch/run.sh"].substr(0, 3), "fx:");
+  EXPECT_EQ(skipped, std::vector<std::string>{"passwd"});
+  // An excluded directory is not entered.
+  EXPECT_EQ(std::count(visited.begin(), visited.end(), "cache/big.bin"), 0);
+
+  // An extra file may not replace one of the directory's.
+  options.extra_files = {{"keep.txt", "x"}};
+  EXPECT_FALSE(PackDirectory(src_, options).ok());
 }
 
 TEST_F(ArchiveTest, HandMadeArchiveWithDotPrefixesUnpacks) {

@@ -8,6 +8,8 @@ packages=(
   libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev libssl-dev libarchive-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps
+  # tests/e2e/first_day_test.cc runs the README's curl example as written
+  curl
   # scripts/check-thread-safety.sh: clang's -Wthread-safety over the server's locks
   clang
   # the job sandbox (agent/runtime/sandbox.h) and OCI containers (runtime/oci.h);

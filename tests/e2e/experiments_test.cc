@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -298,7 +299,9 @@ namespace tide::e2e {
 namespace {
 
 TEST_F(ExperimentsTest, ASlurmScriptRunsUnchanged) {
-  std::string script = cluster_.dir() + "/train.sh";
+  const std::string submit_dir = cluster_.dir() + "/submit";
+  std::filesystem::create_directories(submit_dir);
+  std::string script = submit_dir + "/train.sh";
   std::ofstream(script) << R"(#!/bin/bash
 #SBATCH --job-name=slurmish
 #SBATCH --gres=gpu:1
@@ -309,7 +312,7 @@ TEST_F(ExperimentsTest, ASlurmScriptRunsUnchanged) {
 echo "job=$SLURM_JOB_ID name=$SLURM_JOB_NAME gpus=$SLURM_GPUS_ON_NODE cpus=$SLURM_CPUS_PER_TASK nnodes=$SLURM_NNODES procid=$SLURM_PROCID task=${SLURM_ARRAY_TASK_ID:-none} args=$*"
 test "$PWD" = "$SLURM_SUBMIT_DIR"
 )";
-  CliResult r = cluster_.Cli({"sbatch", script, "one", "two"}, token_);
+  CliResult r = cluster_.Cli({"sbatch", script, "one", "two"}, token_, submit_dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
   EXPECT_NE(r.err.find("train.sh:7: --mail-type"), std::string::npos) << r.err;
@@ -324,7 +327,7 @@ test "$PWD" = "$SLURM_SUBMIT_DIR"
   EXPECT_NE(out->find(line), std::string::npos);
 
   // An array with a cap, and --parsable.
-  CliResult arr = cluster_.Cli({"sbatch", "--parsable", "--array=0-3%1", script}, token_);
+  CliResult arr = cluster_.Cli({"sbatch", "--parsable", "--array=0-3%1", script}, token_, submit_dir);
   ASSERT_EQ(arr.exit_code, 0) << arr.err;
   std::string batch = arr.out.substr(0, arr.out.find('\n'));
   EXPECT_EQ(batch.rfind("b-", 0), 0u) << arr.out;
@@ -341,7 +344,7 @@ test "$PWD" = "$SLURM_SUBMIT_DIR"
   }
   EXPECT_EQ(tasks, (std::set<std::string>{"0", "1", "2", "3"}));
 
-  CliResult bad = cluster_.Cli({"sbatch", "--nodelist=n1", script}, token_);
+  CliResult bad = cluster_.Cli({"sbatch", "--nodelist=n1", script}, token_, submit_dir);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--nodelist"), std::string::npos) << bad.err;
 }

@@ -258,19 +258,21 @@ std::unique_ptr<api::Client> Cluster::ClientFor(const std::string& token) const 
   return std::move(api::Client::Create(url_, token)).value();
 }
 
-CliResult Cluster::Cli(const std::vector<std::string>& args, const std::string& token) const {
+CliResult Cluster::Cli(const std::vector<std::string>& args, const std::string& token,
+                       const std::string& cwd) const {
   static int counter = 0;
   std::string base = dir_ + "/cli-" + std::to_string(counter++);
   Process p;
   std::vector<std::string> argv = {TIDE_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   // stdout and stderr apart: run through sh to split them.
-  std::string cmd;
-  for (auto& a : argv) {
+  auto quote = [](const std::string& a) {
     std::string q = "'";
     for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    cmd += q + "' ";
-  }
+    return q + "'";
+  };
+  std::string cmd = cwd.empty() ? "" : "cd " + quote(cwd) + " && ";
+  for (auto& a : argv) cmd += quote(a) + " ";
   cmd += "2>" + base + ".err";
   p.Start({"/bin/sh", "-c", cmd}, base + ".out", {{"TIDE_SERVER", url_}, {"TIDE_TOKEN", token}});
   CliResult r;

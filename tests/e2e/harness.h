@@ -67,8 +67,11 @@ class Cluster {
   // The server's admin token (for admin commands through Cli).
   std::string admin_token() const;
 
-  // Runs `tide ARGS` with TIDE_SERVER and TIDE_TOKEN set.
-  CliResult Cli(const std::vector<std::string>& args, const std::string& token) const;
+  // Runs `tide ARGS` with TIDE_SERVER and TIDE_TOKEN set, in the directory
+  // `cwd` (default: the test's own; `tide sbatch` uploads the directory it
+  // runs in).
+  CliResult Cli(const std::vector<std::string>& args, const std::string& token,
+                const std::string& cwd = "") const;
   // Starts `tide ARGS` in the background; its output goes to `out_path`.
   std::unique_ptr<Process> CliBackground(const std::vector<std::string>& args,
                                          const std::string& token, const std::string& out_path) const;

@@ -114,6 +114,20 @@ TEST_F(OciTest, AJobRunsInItsImageAndOnlyWhereItIsOffered) {
   ASSERT_TRUE(alice_->CancelJob(host_job).ok());
 }
 
+TEST_F(OciTest, ASlurmJobFindsSrunInItsContainer) {
+  // busybox has no bash to run srun with: that it is there, on the PATH and
+  // executable is what the container must give.
+  std::string id = SubmitOk(*alice_, {{"slurm", true},
+                                      {"command", "p=$(command -v srun) && test -x \"$p\" && "
+                                                  "head -1 \"$p\" && echo found"},
+                                      {"image", "busybox"},
+                                      {"resources", {{"gpu_count", 1}}}});
+  api::Job done = WaitTerminal(*alice_, id);
+  std::string log = Log(*alice_, id);
+  EXPECT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << log;
+  EXPECT_NE(log.find("#!/bin/bash\nfound"), std::string::npos) << log;
+}
+
 TEST_F(OciTest, HostileJobsInContainersDoNoHarm) {
   std::string victim = SubmitOk(*alice_, {{"command", "echo alice-secret > secret; touch ready; sleep 60"},
                                           {"image", "busybox"}});

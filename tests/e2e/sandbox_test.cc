@@ -75,6 +75,19 @@ class SandboxTest : public ::testing::Test {
   std::unique_ptr<api::Client> alice_, bob_;
 };
 
+TEST_F(SandboxTest, ASlurmJobsSrunRunsInTheSandboxAndCannotBeChanged) {
+  std::string id = SubmitOk(*alice_, {{"slurm", true},
+                                      {"command", {"/bin/bash", "-c",
+                                                   "srun -n 2 sh -c 'echo sandboxed $SLURM_PROCID'; "
+                                                   "echo x >> \"$(command -v srun)\" || echo read-only"}}});
+  api::Job done = WaitTerminal(*alice_, id);
+  std::string log = Log(*alice_, id);
+  EXPECT_EQ(done.status, api::JobStatus::kCompleted) << done.reason << log;
+  EXPECT_NE(log.find("sandboxed 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("sandboxed 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("read-only"), std::string::npos) << log;
+}
+
 TEST_F(SandboxTest, AJobCannotReadAnotherJobsFilesOrTheAgentsToken) {
   std::string victim = SubmitOk(*alice_, {{"command", "echo alice-secret > secret; "
                                                       "echo alice-out > $TIDE_OUTPUT_DIR/o; "
