@@ -112,7 +112,11 @@ Connection ConnectionFromEnv(bool admin) {
   while (c.server.size() > 8 && c.server.back() == '/') c.server.pop_back();
   if (admin) c.token = Getenv("TIDE_ADMIN_TOKEN");
   if (c.token.empty()) c.token = Getenv("TIDE_TOKEN");
-  if (admin && c.token.empty()) {
+  // The tour exports a user's TIDE_TOKEN beside `tide dev`: an admin
+  // command then takes the dev admin token, not a user token it would be
+  // refused with.
+  const bool user_token = c.token.rfind("tide_u_", 0) == 0;
+  if (admin && (c.token.empty() || (user_token && Getenv("TIDE_ADMIN_TOKEN").empty()))) {
     auto file = ReadFile(kDevAdminTokenFile);
     if (file.ok()) c.token = Trim(*file);
   }

@@ -6,8 +6,9 @@
 //   TIDE_SERVER        API address (default http://127.0.0.1:7460)
 //   TIDE_TOKEN         API token
 //   TIDE_ADMIN_TOKEN   admin commands only; before TIDE_TOKEN. Without
-//                      either, admin commands read ./.tide/server/admin.token
-//                      (what `tide dev` leaves behind).
+//                      either, or when TIDE_TOKEN is a user's (tide_u_…),
+//                      admin commands read ./.tide/server/admin.token (what
+//                      `tide dev` leaves behind) if it is there.
 //
 // Exit codes: 0 ok, 1 error (including a failed or cancelled job for
 // `tide wait`), 2 usage, 124 timeout.

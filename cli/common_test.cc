@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 namespace tide::cli {
 namespace {
@@ -151,6 +153,25 @@ TEST(ConnectionTest, FromEnvironment) {
   unsetenv("TIDE_TOKEN");
   unsetenv("TIDE_ADMIN_TOKEN");
   EXPECT_EQ(ConnectionFromEnv(false).server, kDefaultServer);
+}
+
+TEST(ConnectionTest, AdminCommandsBesideTideDevTakeItsAdminTokenOverAUsersToken) {
+  char tmpl[] = "/tmp/tide-conn-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(tmpl);
+  unsetenv("TIDE_ADMIN_TOKEN");
+  setenv("TIDE_TOKEN", "tide_u_alice", 1);
+  EXPECT_EQ(ConnectionFromEnv(true).token, "tide_u_alice") << "no dev admin token here";
+  std::filesystem::create_directories(".tide/server");
+  std::ofstream(".tide/server/admin.token") << "tide_a_dev\n";
+  EXPECT_EQ(ConnectionFromEnv(true).token, "tide_a_dev");
+  EXPECT_EQ(ConnectionFromEnv(false).token, "tide_u_alice");
+  setenv("TIDE_TOKEN", "tide_a_given", 1);
+  EXPECT_EQ(ConnectionFromEnv(true).token, "tide_a_given") << "an admin TIDE_TOKEN is used as given";
+  unsetenv("TIDE_TOKEN");
+  std::filesystem::current_path(cwd);
+  std::filesystem::remove_all(tmpl);
 }
 
 // Runs `args` through a fresh app; returns the exit code.
