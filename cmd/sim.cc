@@ -33,6 +33,7 @@ struct SimFlags {
   double scale = 1.0;
   std::string policy = "tide";
   std::string backfill = "auto";
+  std::string placement = "price-first";
   std::string preemption = "on";
   std::string restart_penalty = "60s";
   double walltime_factor = 0;
@@ -92,6 +93,8 @@ int RunSim(const SimFlags& f) {
   opt.config.backfill = f.backfill == "auto" ? !strict : f.backfill == "on";
   opt.config.preemption = f.preemption == "on";
   opt.config.seed = f.seed;
+  opt.config.placement =
+      f.placement == "pack-first" ? sched::PlacementOrder::kPackFirst : sched::PlacementOrder::kPriceFirst;
   opt.walltime_factor = f.walltime_factor;
   if (f.walltime_factor != 0 && f.walltime_factor < 1) {
     return Fail("--walltime-factor must be at least 1 (a limit below the run time kills the job)",
@@ -191,7 +194,12 @@ int RunSim(const SimFlags& f) {
   }
 
   int64_t gpus = 0;
-  for (const auto& n : cluster) gpus += static_cast<int64_t>(n.gpus.size());
+  bool priced = false;
+  for (const auto& n : cluster) {
+    gpus += static_cast<int64_t>(n.gpus.size());
+    priced = priced || n.price > 0;
+  }
+  double gpu_hours = r.gpu_utilization * static_cast<double>(gpus) * static_cast<double>(r.makespan_s) / 3600;
   std::vector<std::string> notes = trace->notes;
   if (!outside_note.empty()) notes.push_back(outside_note);
   std::string walltime = opt.walltime_factor > 0
@@ -207,6 +215,7 @@ int RunSim(const SimFlags& f) {
     }
     nlohmann::json j = {{"policy", f.policy},
                         {"backfill", opt.config.backfill},
+                        {"placement", f.placement},
                         {"preemption", opt.config.preemption},
                         {"nodes", cluster.size()},
                         {"gpus", gpus},
@@ -223,6 +232,10 @@ int RunSim(const SimFlags& f) {
                         {"gpu_utilization", r.gpu_utilization},
                         {"preemptions", r.preemptions},
                         {"scheduler_passes", r.scheduler_passes},
+                        {"cost_credits", r.cost_credits},
+                        {"fragmentation", r.fragmentation},
+                        {"whole_node_jobs", r.whole_node_jobs},
+                        {"avg_queue_whole_node_s", r.avg_queue_whole_node_s},
                         {"jain_ftf", r.jain_ftf},
                         {"max_ftf", r.max_ftf},
                         {"accounts", accounts},
@@ -230,8 +243,9 @@ int RunSim(const SimFlags& f) {
     std::cout << j.dump() << "\n";
     return cli::kExitOk;
   }
-  printf("policy            %s (backfill %s, preemption %s)\n", f.policy.c_str(),
-         opt.config.backfill ? "on" : "off", opt.config.preemption ? "on" : "off");
+  printf("policy            %s (backfill %s, preemption %s, placement %s)\n", f.policy.c_str(),
+         opt.config.backfill ? "on" : "off", opt.config.preemption ? "on" : "off",
+         f.placement.c_str());
   printf("cluster           %zu nodes, %lld GPUs%s\n", cluster.size(), static_cast<long long>(gpus),
          opt.partition_label.empty() ? ""
                                      : (", each account on its own " + opt.partition_label + " partition").c_str());
@@ -246,6 +260,15 @@ int RunSim(const SimFlags& f) {
   printf("makespan          %lld s\n", static_cast<long long>(r.makespan_s));
   printf("GPU utilisation   %.1f%%\n", 100 * r.gpu_utilization);
   printf("preemptions       %lld\n", static_cast<long long>(r.preemptions));
+  if (priced) {
+    printf("cost              %.2f credits (%.4f per GPU-hour held)\n", r.cost_credits,
+           gpu_hours > 0 ? r.cost_credits / gpu_hours : 0.0);
+  }
+  printf("fragmentation     %.1f%% of idle GPU-time on partly used nodes\n", 100 * r.fragmentation);
+  if (r.whole_node_jobs > 0) {
+    printf("whole-node jobs   %d, avg queueing %s\n", r.whole_node_jobs,
+           Seconds(r.avg_queue_whole_node_s).c_str());
+  }
   printf("fairness          Jain %.3f over accounts' finish-time fairness (JCT / run time); worst %.1f\n",
          r.jain_ftf, r.max_ftf);
   if (r.per_account.size() > 1) {
@@ -271,7 +294,8 @@ void AddSimCommand(CLI::App& app) {
       ->check(CLI::IsMember({"csv", "philly", "tiresias", "chronus", "alibaba-openb"}))
       ->capture_default_str();
   cmd->add_option("--cluster", f->cluster,
-                  "Nodes: 352x8[:V100][,16x4:A100-80GB...], or a Philly VC table or Alibaba node list")
+                  "Nodes: 352x8[:V100][@PRICE][,16x4:A100-80GB@10...] (PRICE: credits per GPU-hour), "
+                  "or a Philly VC table or Alibaba node list")
       ->required();
   cmd->add_option("--scale", f->scale, "Keep this fraction of each group of alike nodes (0.5: half)")
       ->capture_default_str();
@@ -279,6 +303,11 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--backfill", f->backfill, "auto (off for fifo and sjf-oracle), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--placement", f->placement,
+                  "price-first (the server: cheapest free node, best fit among equal prices) or "
+                  "pack-first (best fit, then price)")
+      ->check(CLI::IsMember({"price-first", "pack-first"}))
       ->capture_default_str();
   cmd->add_option("--preemption", f->preemption, "on or off")
       ->check(CLI::IsMember({"on", "off"}))

@@ -219,6 +219,8 @@ bool Pass::MayBackfill(const PendingJob& job, size_t node) const {
 // rest of the preference order. A gang takes its nodes one at a time so.
 // Buckets hold nodes by free GPUs, each in preference order, which is
 // price first: a bucket is left at its first node dearer than the best.
+// Under PlacementOrder::kPackFirst the first bucket with a node that can take
+// the job wins (best fit, then price).
 std::vector<size_t> Pass::Select(const PendingJob& job, ShapeIndex& s, bool* capacity) {
   std::vector<size_t> chosen;
   auto taken = [&](size_t node) {
@@ -234,6 +236,7 @@ std::vector<size_t> Pass::Select(const PendingJob& job, ShapeIndex& s, bool* cap
         best = node;
         break;
       }
+      if (best != SIZE_MAX && cfg_.placement == PlacementOrder::kPackFirst) break;
     }
     if (best == SIZE_MAX) break;
     chosen.push_back(best);

@@ -193,6 +193,12 @@ TEST(Placement, NeverDearerThanTheCheapestFreeNodeThatFits) {
   Plan plan = Schedule({nodes, q});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_EQ(plan.placements[0].allocs[0].node_id, "rtx") << "cheapest, then the best fit";
+  // Pack first (tide sim's comparison) takes the best fit whatever it costs.
+  SchedulerConfig pack;
+  pack.placement = PlacementOrder::kPackFirst;
+  plan = Schedule({nodes, q, ScheduleInput::kNoRunning, ScheduleInput::kNoAccounts, pack});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].allocs[0].node_id, "a100");
   // Asked for what only the dear node has: it goes there.
   q[0].gpu_types = {"A100"};
   plan = Schedule({nodes, q});

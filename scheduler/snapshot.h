@@ -27,6 +27,8 @@ const char* PolicyName(Policy p);
 // "fifo", "fair", "tide", "sjf-oracle"; false if unknown.
 bool ParsePolicy(const std::string& name, Policy* out);
 
+enum class PlacementOrder { kPriceFirst, kPackFirst };
+
 struct SchedulerConfig {
   Policy policy = Policy::kTide;
   // Let later jobs start ahead of a blocked one when they cannot delay its
@@ -56,6 +58,12 @@ struct SchedulerConfig {
   int64_t starvation_min_ms = 0;
   // Tie-break among equally good nodes; same seed and input, same plan.
   uint64_t seed = 0;
+  // Which node a job takes among those that can hold it now. Price first
+  // (the server's rule: a consumer never pays above the cheapest free node
+  // that fits; best fit breaks ties of price), or pack first (best fit,
+  // then price), kept so that `tide sim --placement` can show what paying
+  // less costs in fragmentation.
+  PlacementOrder placement = PlacementOrder::kPriceFirst;
 };
 
 struct GpuSlot {

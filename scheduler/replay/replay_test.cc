@@ -33,9 +33,22 @@ TEST(Cluster, ParsesSpecs) {
   EXPECT_EQ((*c)[0].gpus[0].model, "V100");
   EXPECT_EQ((*c)[2].gpus[0].model, "A100");
   EXPECT_EQ((*c)[2].gpus[0].memory_mb, 80 * 1024);
-  for (const char* bad : {"", "8", "x8", "2x", "2x0", "2x8:A100-xxGB", "2x100"}) {
+  for (const char* bad : {"", "8", "x8", "2x", "2x0", "2x8:A100-xxGB", "2x100", "2x8@", "2x8:V100@x",
+                          "2x8@-1", "2x8@nan", "2x8:V100@1.5.2"}) {
     EXPECT_FALSE(ParseCluster(bad).ok()) << bad;
   }
+  c = ParseCluster("1x8:A100-80GB@10,2x4@0.4,1x2:V100");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->size(), 4u);
+  EXPECT_EQ((*c)[0].price, 10'000'000);
+  EXPECT_EQ((*c)[0].gpus[0].memory_mb, 80 * 1024);
+  EXPECT_EQ((*c)[1].price, 400'000);
+  EXPECT_EQ((*c)[2].gpus.size(), 4u);
+  EXPECT_EQ((*c)[3].price, 0);
+  auto e = ParseCluster("2x8:V100@cheap");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("bad price \"cheap\" in \"2x8:V100@cheap\""), std::string::npos)
+      << e.status().message();
 }
 
 TEST(Cluster, LoadsPhillyVcsAndAlibabaNodes) {
@@ -130,6 +143,41 @@ TEST(Simulate, FifoByHand) {
   EXPECT_DOUBLE_EQ(r.avg_jct_s, (100.0 + 140.0 + 90.0) / 3);
   EXPECT_EQ(r.makespan_s, 150);
   EXPECT_NEAR(r.gpu_utilization, (200.0 + 50 + 10) / (2 * 150.0), 1e-9);
+}
+
+// A dear A100 node and a cheap RTX4090 node. A 4-GPU A100 job comes
+// first, then a 1-GPU job that fits anywhere, then an 8-GPU job that fits
+// anywhere. Price first sends the 1-GPU job to the cheap node and so
+// splits it: the 8-GPU job waits for the A100 node. Pack first puts the
+// 1-GPU job beside the 4 and the 8-GPU job starts at once, cheaply.
+TEST(Simulate, PriceFirstPaysLessForSmallJobsAndFragmentsMore) {
+  Trace t = Csv(
+      "submit_time,duration,gpus,gpu_type\n"
+      "0,1000,4,A100\n"
+      "10,1000,1,\n"
+      "20,100,8,\n");
+  auto cluster = ParseCluster("1x8:A100@10,1x8:RTX4090@0.4");
+  ASSERT_TRUE(cluster.ok());
+  SimOptions price = Policy(sched::Policy::kFifo);
+  SimResult p = Simulate(t.jobs, *cluster, price);
+  ASSERT_EQ(p.jobs, 3);
+  EXPECT_EQ(p.per_job[2].start_s, 1000);  // on the A100 node, once the 4-GPU job ended
+  EXPECT_EQ(p.whole_node_jobs, 1);
+  EXPECT_DOUBLE_EQ(p.avg_queue_whole_node_s, 980);
+  // 4x1000 s at 10 + 1x1000 s at 0.4 + 8x100 s at 10, per GPU-hour.
+  EXPECT_NEAR(p.cost_credits, (40'000 + 400 + 8'000) / 3600.0, 1e-9);
+  // Idle GPU-seconds 11,800, of them 11,000 on partly used nodes.
+  EXPECT_NEAR(p.fragmentation, 11'000.0 / 11'800, 1e-12);
+
+  SimOptions pack = price;
+  pack.config.placement = sched::PlacementOrder::kPackFirst;
+  SimResult k = Simulate(t.jobs, *cluster, pack);
+  ASSERT_EQ(k.jobs, 3);
+  EXPECT_EQ(k.per_job[2].start_s, 20);
+  EXPECT_DOUBLE_EQ(k.avg_queue_whole_node_s, 0);
+  // The 1-GPU job pays the A100's price: 4x1000 + 1x1000 at 10, 8x100 at 0.4.
+  EXPECT_NEAR(k.cost_credits, (40'000 + 10'000 + 320) / 3600.0, 1e-9);
+  EXPECT_NEAR(k.fragmentation, 3'080.0 / 10'360, 1e-12);
 }
 
 TEST(Simulate, SjfOracleRunsShortJobsFirst) {

@@ -53,6 +53,10 @@ class Replay {
 
   void Run();
   int64_t busy_gpu_s() const { return busy_gpu_s_; }
+  // Micro-credits x seconds / hour: divide by 3600e6 for credits.
+  double cost_micro_s() const { return cost_micro_s_; }
+  double idle_gpu_s() const { return idle_gpu_s_; }
+  double stranded_gpu_s() const { return stranded_gpu_s_; }
 
  private:
   void Arrive(size_t j, int64_t now);
@@ -60,6 +64,8 @@ class Replay {
   void Stop(size_t j, int64_t now, bool finished);
   void Wake(size_t j, int64_t now);
   void RemoveQueued(size_t j);
+  void Allocate(size_t node, int gpus);  // negative: freed
+  void Advance(int64_t now);
 
   const std::vector<TraceJob>& trace_;
   std::vector<size_t> ids_;
@@ -77,7 +83,31 @@ class Replay {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int free_gpus_ = 0;
   int64_t busy_gpu_s_ = 0;
+  std::vector<int> node_free_;  // free GPUs per node
+  int stranded_ = 0;            // free GPUs on nodes that are partly used
+  int64_t last_s_ = -1;         // time the integrals below reach
+  double idle_gpu_s_ = 0, stranded_gpu_s_ = 0, cost_micro_s_ = 0;
 };
+
+void Replay::Allocate(size_t node, int gpus) {
+  auto stranded = [&] {
+    int f = node_free_[node];
+    return f > 0 && f < static_cast<int>(nodes_[node].gpus.size()) ? f : 0;
+  };
+  stranded_ -= stranded();
+  node_free_[node] -= gpus;
+  free_gpus_ -= gpus;
+  stranded_ += stranded();
+}
+
+void Replay::Advance(int64_t now) {
+  if (last_s_ >= 0 && now > last_s_) {
+    auto dt = static_cast<double>(now - last_s_);
+    idle_gpu_s_ += free_gpus_ * dt;
+    stranded_gpu_s_ += stranded_ * dt;
+  }
+  last_s_ = now;
+}
 
 void Replay::Arrive(size_t j, int64_t now) {
   const TraceJob& t = trace_[j];
@@ -149,7 +179,7 @@ void Replay::Start(size_t j, const Placement& p, int64_t now) {
     for (int g : a.gpus) nodes_[n].gpus[static_cast<size_t>(g)].free = false;
     nodes_[n].cpus_free -= pending.cpus;
     nodes_[n].memory_free_mb -= pending.memory_mb;
-    free_gpus_ -= static_cast<int>(a.gpus.size());
+    Allocate(n, static_cast<int>(a.gpus.size()));
     s.allocs.push_back({n, a.gpus});
   }
   run.allocs = p.allocs;
@@ -187,7 +217,9 @@ void Replay::Stop(size_t j, int64_t now, bool finished) {
     for (int g : idx) nodes_[n].gpus[static_cast<size_t>(g)].free = true;
     nodes_[n].cpus_free += t.cpus / s.nodes;
     nodes_[n].memory_free_mb += t.memory_mb / s.nodes;
-    free_gpus_ += static_cast<int>(idx.size());
+    Allocate(n, -static_cast<int>(idx.size()));
+    cost_micro_s_ += static_cast<double>(idx.size()) * static_cast<double>(ran) *
+                     static_cast<double>(nodes_[n].price);
   }
   s.allocs.clear();
   SwapRemove(running_, running_job_, state_, &JobState::run_pos, s.run_pos);
@@ -207,9 +239,11 @@ void Replay::Stop(size_t j, int64_t now, bool finished) {
 }
 
 void Replay::Run() {
+  node_free_.resize(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) {
     node_index_[nodes_[i].id] = i;
-    free_gpus_ += static_cast<int>(nodes_[i].gpus.size());
+    node_free_[i] = static_cast<int>(nodes_[i].gpus.size());
+    free_gpus_ += node_free_[i];
   }
   int max_gpus = 0;
   for (const auto& n : nodes_) max_gpus = std::max<int>(max_gpus, static_cast<int>(n.gpus.size()));
@@ -224,6 +258,7 @@ void Replay::Run() {
     s.nodes = t.gpus <= max_gpus ? 1 : (t.gpus + max_gpus - 1) / max_gpus;
     s.per_node = (t.gpus + s.nodes - 1) / s.nodes;
     s.remaining_s = std::max<int64_t>(1, t.duration_s);
+    out_->per_job[j].whole_node = s.per_node >= max_gpus;
   }
   const bool tide = opt_.config.policy == Policy::kTide;
   const bool can_preempt = opt_.config.preemption && tide;
@@ -232,6 +267,7 @@ void Replay::Run() {
     int64_t now = INT64_MAX;
     if (next < ids_.size()) now = trace_[ids_[next]].submit_s;
     if (!events_.empty()) now = std::min(now, events_.top().at);
+    Advance(now);
     bool changed = false;
     bool freed = false;  // GPUs came free: waiting work may start
     int min_arrival = INT32_MAX;
@@ -293,7 +329,7 @@ void Replay::Run() {
 
 void Summarize(SimResult& r, int64_t total_gpus, int64_t busy_gpu_s) {
   std::vector<double> jct;
-  double queue_sum = 0;
+  double queue_sum = 0, whole_queue_sum = 0;
   int64_t first = INT64_MAX, last = 0;
   std::map<std::string, AccountResult> accounts;
   for (auto& j : r.per_job) {
@@ -302,6 +338,10 @@ void Summarize(SimResult& r, int64_t total_gpus, int64_t busy_gpu_s) {
     double q = static_cast<double>(j.start_s - j.submit_s);
     jct.push_back(c);
     queue_sum += q;
+    if (j.whole_node) {
+      ++r.whole_node_jobs;
+      whole_queue_sum += q;
+    }
     first = std::min(first, j.submit_s);
     last = std::max(last, j.finish_s);
     AccountResult& a = accounts[j.account];
@@ -321,6 +361,7 @@ void Summarize(SimResult& r, int64_t total_gpus, int64_t busy_gpu_s) {
   r.p50_jct_s = jct[static_cast<size_t>(0.50 * static_cast<double>(jct.size() - 1))];
   r.p99_jct_s = jct[static_cast<size_t>(0.99 * static_cast<double>(jct.size() - 1))];
   r.avg_queue_s = queue_sum / r.jobs;
+  if (r.whole_node_jobs > 0) r.avg_queue_whole_node_s = whole_queue_sum / r.whole_node_jobs;
   r.makespan_s = last - first;
   if (r.makespan_s > 0 && total_gpus > 0) {
     r.gpu_utilization = static_cast<double>(busy_gpu_s) /
@@ -372,6 +413,7 @@ SimResult Simulate(const std::vector<TraceJob>& trace, const std::vector<NodeVie
     }
   }
   int64_t busy = 0;
+  double idle = 0, stranded = 0;
   for (auto& [name, part_nodes] : parts) {
     auto it = part_jobs.find(name);
     if (it == part_jobs.end()) continue;
@@ -400,7 +442,11 @@ SimResult Simulate(const std::vector<TraceJob>& trace, const std::vector<NodeVie
     Replay replay(trace, std::move(runnable), std::move(part_nodes), options, &r);
     replay.Run();
     busy += replay.busy_gpu_s();
+    r.cost_credits += replay.cost_micro_s() / 3600e6;
+    idle += replay.idle_gpu_s();
+    stranded += replay.stranded_gpu_s();
   }
+  if (idle > 0) r.fragmentation = stranded / idle;
   for (const auto& j : r.per_job) r.unschedulable += j.finish_s < 0 ? 1 : 0;
   Summarize(r, total_gpus, busy);
   return r;

@@ -54,6 +54,7 @@ struct JobResult {
   int64_t finish_s = -1;
   int attempts = 0;
   std::string note;  // why it never ran
+  bool whole_node = false;  // needs every GPU of the largest node (or a gang of them)
 };
 
 struct AccountResult {
@@ -80,6 +81,14 @@ struct SimResult {
   int64_t scheduler_passes = 0;
   double jain_ftf = 0;  // Jain's index over the accounts' ftf (1 = equal)
   double max_ftf = 0;   // the worst-treated account's ftf
+  // What consumers paid: GPU-seconds held x the node's price (credits).
+  double cost_credits = 0;
+  // Fragmentation: the share of idle GPU-time spent on partly used nodes,
+  // where a job that wants a whole node cannot use it (0 = idle GPUs are
+  // always whole free nodes).
+  double fragmentation = 0;
+  int whole_node_jobs = 0;          // completed jobs that needed a whole node
+  double avg_queue_whole_node_s = 0;  // their average queueing delay
   std::vector<JobResult> per_job;  // in trace order
   std::vector<AccountResult> per_account;
 };

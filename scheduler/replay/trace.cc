@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <sstream>
@@ -293,6 +294,19 @@ Result<std::vector<NodeView>> ParseCluster(const std::string& spec) {
   while (std::getline(ss, part, ',')) {
     std::string shape = part, model = "GPU";
     int64_t mem_mb = 32 * 1024;
+    int64_t price = 0;
+    if (auto at = part.find('@'); at != std::string::npos) {
+      std::string text = part.substr(at + 1);
+      char* end = nullptr;
+      double credits = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(credits) || credits < 0 || credits > 1e6) {
+        return Status::InvalidArgument("bad price \"" + text + "\" in \"" + part +
+                                           "\": credits per GPU-hour, e.g. 352x8:V100@2.5",
+                                       "cluster");
+      }
+      price = std::llround(credits * 1e6);
+      shape = part = part.substr(0, at);
+    }
     if (auto colon = part.find(':'); colon != std::string::npos) {
       shape = part.substr(0, colon);
       model = part.substr(colon + 1);
@@ -312,13 +326,15 @@ Result<std::vector<NodeView>> ParseCluster(const std::string& spec) {
     if (x == std::string::npos || !ParseCount(shape.substr(0, x), &count) ||
         !ParseCount(shape.substr(x + 1), &gpus) || gpus > 64 || count > 1'000'000) {
       return Status::InvalidArgument(
-          "bad cluster part \"" + part + "\": use NODESxGPUS[:MODEL], e.g. 352x8:V100", "cluster");
+          "bad cluster part \"" + part + "\": use NODESxGPUS[:MODEL][@PRICE], e.g. 352x8:V100@2.5",
+          "cluster");
     }
     for (int i = 0; i < count; ++i) {
       NodeView v;
       char id[16];
       snprintf(id, sizeof(id), "n%05d", ++n);
       v.id = v.name = id;
+      v.price = price;
       for (int g = 0; g < gpus; ++g) v.gpus.push_back({g, CanonicalModel(model), mem_mb, true});
       nodes.push_back(std::move(v));
     }

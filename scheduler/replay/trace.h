@@ -45,8 +45,9 @@ bool KnownTraceFormat(const std::string& format);
 // Canonical GPU model for traces: "A100-SXM4-80GB" -> "A100", "v100m16" -> "V100M16".
 std::string CanonicalModel(const std::string& model);
 
-// "352x8" or "352x8:V100,16x4:A100-80GB": NODESxGPUS[:MODEL[-NNGB]] parts.
-// Nodes are n00001, ...; GPU memory from a -NNGB suffix, else 32 GiB.
+// "352x8" or "352x8:V100@2.5,16x4:A100-80GB@10": NODESxGPUS[:MODEL[-NNGB]][@PRICE]
+// parts. Nodes are n00001, ...; GPU memory from a -NNGB suffix, else 32
+// GiB; PRICE in credits per GPU-hour (none: free).
 Result<std::vector<NodeView>> ParseCluster(const std::string& spec);
 
 // A cluster file: a Philly VC table (header "vc,node num": 8 GPUs and 96

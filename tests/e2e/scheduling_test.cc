@@ -254,6 +254,28 @@ TEST(SimTest, ReplaysATraceAndRefusesBadInput) {
   EXPECT_EQ(table.exit_code, 0);
   EXPECT_NE(table.out.find("policy            tide"), std::string::npos) << table.out;
 
+  // A priced cluster: the small jobs take the cheap node, the 8-GPU job the
+  // dear one; cost is GPU-seconds held x price.
+  auto priced = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8:RTX4090@0.4,1x8:A100@10",
+                          "--policy", "fifo", "--placement", "pack-first", "-o", "json"},
+                         "");
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  r = json::parse(priced.out);
+  EXPECT_EQ(r["placement"], "pack-first");
+  EXPECT_NEAR(r["cost_credits"].get<double>(), (100 * 0.4 + 2 * 50 * 0.4 + 8 * 10 * 10) / 3600, 1e-9);
+  EXPECT_EQ(r["whole_node_jobs"], 1);
+  EXPECT_TRUE(r["fragmentation"].is_number());
+  table = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8@0.4,1x8@10"}, "");
+  EXPECT_NE(table.out.find("placement price-first"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("cost              0.24 credits"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("% of idle GPU-time on partly used nodes"), std::string::npos) << table.out;
+  auto bad_price = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8@cheap"}, "");
+  EXPECT_NE(bad_price.exit_code, 0);
+  EXPECT_NE(bad_price.err.find("bad price \"cheap\" in \"1x8@cheap\""), std::string::npos) << bad_price.err;
+  auto bad_placement = none.Cli({"sim", "--trace", dir + "/t.csv", "--cluster", "1x8", "--placement", "spread"}, "");
+  EXPECT_NE(bad_placement.exit_code, 0);
+  EXPECT_NE(bad_placement.err.find("--placement"), std::string::npos) << bad_placement.err;
+
   auto bad_line = none.Cli({"sim", "--trace", dir + "/bad.csv", "--cluster", "1x8"}, "");
   EXPECT_NE(bad_line.exit_code, 0);
   EXPECT_NE(bad_line.err.find("bad.csv:3: duration \"ten\" is not a number of seconds"),
