@@ -44,11 +44,52 @@
 #include "agent/runtime/process_runtime.h"
 #include "agent/runtime/sandbox.h"
 #include "common/log.h"
+#include "common/paths.h"
+#include "common/tls.h"
 
 namespace tide::agent {
 namespace {
 
 namespace fs = std::filesystem;
+
+// How the agent trusts an https:// server: --ca-file, --pin, and the pins
+// its join token carries. Those are saved in DATA_DIR/server.pins, so a
+// later start (with only node.token) still verifies the same server.
+// Sets *join_secret to the join token without its pins.
+Result<api::TlsTrust> ServerTrust(const AgentOptions& o, const std::string& data_dir,
+                                  std::string* join_secret) {
+  api::TlsTrust trust{o.ca_file, o.pins};
+  std::string pins_path = data_dir + "/server.pins";
+  join_secret->clear();
+  std::vector<std::string> carried;
+  if (!o.join_token.empty()) {
+    auto parts = tls::SplitJoinToken(o.join_token, "--join-token");
+    if (!parts.ok()) return parts.status();
+    *join_secret = parts->secret;
+    carried = parts->pins;
+  }
+  if (!carried.empty()) {
+    std::string text;
+    for (const auto& p : carried) text += p + "\n";
+    TIDE_RETURN_IF_ERROR(WriteFileAtomic(pins_path, text, 0600));
+  } else if (auto saved = ReadFile(pins_path); saved.ok()) {
+    std::string joined;
+    for (char c : *saved) joined += c == '\n' ? ',' : c;
+    while (!joined.empty() && joined.back() == ',') joined.pop_back();
+    auto parsed = tls::ParsePins(joined, pins_path);
+    if (!parsed.ok()) return parsed.status();
+    carried = *parsed;
+  }
+  for (const auto& p : carried) {
+    if (std::find(trust.pins.begin(), trust.pins.end(), p) == trust.pins.end()) trust.pins.push_back(p);
+  }
+  if (o.server.rfind("http://", 0) == 0 && !trust.pins.empty()) {
+    spdlog::warn("--server {} is plain http://: the pins are not used, and tokens cross the "
+                 "network in clear text",
+                 o.server);
+  }
+  return trust;
+}
 
 constexpr int kPollWaitS = 25;
 constexpr size_t kRememberedAttempts = 10'000;
@@ -230,10 +271,13 @@ Status Agent::Setup(SignalWatcher* signals) {
                       ? options_.memory_mb
                       : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) /
                             (1024 * 1024);
+  std::string join_secret = options_.join_token;
   if (options_.server_link != nullptr) {
     server_ = options_.server_link;
   } else {
-    auto http = HttpServerLink::Create(options_.server);
+    auto trust = ServerTrust(options_, data_dir_, &join_secret);
+    if (!trust.ok()) return trust.status();
+    auto http = HttpServerLink::Create(options_.server, *trust);
     if (!http.ok()) return http.status().WithContext("--server");
     http_ = std::move(*http);
     server_ = http_.get();
@@ -242,7 +286,7 @@ Status Agent::Setup(SignalWatcher* signals) {
   ro.link = server_;
   ro.server = options_.server;
   ro.data_dir = data_dir_;
-  ro.join_token = options_.join_token;
+  ro.join_token = join_secret;
   ro.should_stop = [signals] { return signals->Wait(0) > 0; };
   auto identity = Register(ro, req);
   if (!identity.ok()) return identity.status();

@@ -14,6 +14,10 @@ class ServerLink;
 struct AgentOptions {
   std::string server = "http://127.0.0.1:7460";
   std::string join_token;  // needed the first time; then DATA_DIR/node.token is used
+  // How an https:// server is trusted: a CA file, pins (--pin), and the
+  // pins a join token carries, kept in DATA_DIR/server.pins for later starts.
+  std::string ca_file;
+  std::vector<std::string> pins;
   std::string data_dir = ".tide/agent";
   std::string name;       // default: the host name
   std::string fake_gpus;  // "4xRTX4090:24GB,2xA100:80GB"; empty = NVML

@@ -2,10 +2,11 @@
 
 namespace tide::agent {
 
-Result<std::unique_ptr<HttpServerLink>> HttpServerLink::Create(const std::string& server) {
-  auto probe = api::Client::Create(server, "");
+Result<std::unique_ptr<HttpServerLink>> HttpServerLink::Create(const std::string& server,
+                                                              const api::TlsTrust& trust) {
+  auto probe = api::Client::Create(server, "", trust);
   if (!probe.ok()) return probe.status();
-  std::unique_ptr<HttpServerLink> link(new HttpServerLink(server));
+  std::unique_ptr<HttpServerLink> link(new HttpServerLink(server, trust));
   link->idle_.push_back(std::move(*probe));
   return link;
 }
@@ -23,7 +24,7 @@ auto HttpServerLink::WithClient(Fn fn) -> decltype(fn(std::declval<api::Client&>
     }
   }
   if (!client) {
-    auto made = api::Client::Create(server_, token);
+    auto made = api::Client::Create(server_, token, trust_);
     if (!made.ok()) return made.status();
     client = std::move(*made);
   }
@@ -36,7 +37,7 @@ auto HttpServerLink::WithClient(Fn fn) -> decltype(fn(std::declval<api::Client&>
 
 Result<Registered> HttpServerLink::Register(const std::string& token,
                                             const api::RegisterRequest& req) {
-  auto client = api::Client::Create(server_, token);
+  auto client = api::Client::Create(server_, token, trust_);
   if (!client.ok()) return client.status();
   Result<api::json> answer = (*client)->Register(req);
   if (!answer.ok()) return answer.status();

@@ -20,8 +20,10 @@ namespace tide::agent {
 
 class HttpServerLink final : public ServerLink {
  public:
-  // `server` is "http://HOST:PORT"; a malformed one is an error here.
-  static Result<std::unique_ptr<HttpServerLink>> Create(const std::string& server);
+  // `server` is "http://HOST:PORT" or "https://HOST:PORT", trusted as
+  // `trust` says; a malformed one is an error here.
+  static Result<std::unique_ptr<HttpServerLink>> Create(const std::string& server,
+                                                        const api::TlsTrust& trust = {});
 
   Result<Registered> Register(const std::string& token, const api::RegisterRequest& req) override;
   void set_node_token(const std::string& token) override;
@@ -40,13 +42,15 @@ class HttpServerLink final : public ServerLink {
   Result<std::string> GetCheckpoint(const std::string& job_id, int attempt) override;
 
  private:
-  explicit HttpServerLink(std::string server) : server_(std::move(server)) {}
+  HttpServerLink(std::string server, api::TlsTrust trust)
+      : server_(std::move(server)), trust_(std::move(trust)) {}
 
   // Runs `fn` with a client of the pool that carries the node token.
   template <typename Fn>
   auto WithClient(Fn fn) -> decltype(fn(std::declval<api::Client&>()));
 
   const std::string server_;
+  const api::TlsTrust trust_;
   std::mutex mu_;
   std::string node_token_;                           // guarded by mu_
   std::vector<std::unique_ptr<api::Client>> idle_;  // guarded by mu_

@@ -1,9 +1,33 @@
 #include "api/client.h"
 
+#include <cstdlib>
+
+#include "common/tls.h"
+
 namespace tide::api {
 
-Result<std::unique_ptr<Client>> Client::Create(const std::string& server, std::string token) {
-  auto http = HttpClient::Create(server);
+Result<TlsTrust> Client::TrustFromEnvironment() {
+  TlsTrust trust;
+  if (const char* ca = std::getenv("TIDE_CA_FILE")) trust.ca_file = ca;
+  if (const char* pins = std::getenv("TIDE_PIN")) {
+    auto parsed = tls::ParsePins(pins, "TIDE_PIN");
+    if (!parsed.ok()) return parsed.status();
+    trust.pins = std::move(*parsed);
+  }
+  return trust;
+}
+
+Result<std::unique_ptr<Client>> Client::Create(const std::string& server, std::string token,
+                                               const std::optional<TlsTrust>& trust) {
+  TlsTrust chosen;
+  if (trust) {
+    chosen = *trust;
+  } else {
+    auto env = TrustFromEnvironment();
+    if (!env.ok()) return env.status();
+    chosen = std::move(*env);
+  }
+  auto http = HttpClient::Create(server, chosen);
   if (!http.ok()) return http.status();
   return std::unique_ptr<Client>(new Client(server, std::move(token), std::move(http).value()));
 }

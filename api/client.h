@@ -49,8 +49,13 @@ struct NewJoinToken {
 
 class Client {
  public:
-  // `token` may be empty for unauthenticated calls (health).
-  static Result<std::unique_ptr<Client>> Create(const std::string& server, std::string token);
+  // `token` may be empty for unauthenticated calls (health). An https://
+  // server is trusted as `trust` says; without one, as TrustFromEnvironment().
+  static Result<std::unique_ptr<Client>> Create(const std::string& server, std::string token,
+                                                const std::optional<TlsTrust>& trust = std::nullopt);
+  // TIDE_CA_FILE (a PEM file of CAs) and TIDE_PIN (pins, comma-separated);
+  // a malformed pin is an error naming TIDE_PIN.
+  static Result<TlsTrust> TrustFromEnvironment();
 
   // Raw JSON request; 2xx answers are parsed, others become their Status.
   Result<json> Call(const std::string& method, const std::string& target,

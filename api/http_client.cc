@@ -3,29 +3,96 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
+#include <openssl/x509.h>
+
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <limits>
 
 #include "api/types.h"
+#include "common/tls.h"
 
 namespace tide::api {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 struct HttpClient::Impl {
   std::string host;
   std::string port;
   net::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  std::unique_ptr<beast::tcp_stream> plain;
+  // https://: the context, and the stream of the current connection.
+  std::unique_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
+  std::vector<std::string> pins;
+  std::string trust_error;  // why the last handshake refused the server
   beast::flat_buffer buffer;
   bool connected = false;
+
+  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+  // Calls f with the stream requests go over.
+  template <typename F>
+  auto Io(F f) {
+    if (tls) return f(*tls);
+    return f(*plain);
+  }
+
+  // The verify callback: pins, or the CA chain and the host name.
+  bool Verify(bool preverified, ssl::verify_context& vc) {
+    X509_STORE_CTX* sc = vc.native_handle();
+    int depth = X509_STORE_CTX_get_error_depth(sc);
+    X509* cert = X509_STORE_CTX_get_current_cert(sc);
+    std::string pin;
+    if (cert && depth == 0) {
+      unsigned char* der = nullptr;
+      int n = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert), &der);
+      if (n > 0) pin = tls::PinOfSpki(der, static_cast<size_t>(n));
+      OPENSSL_free(der);
+    }
+    if (pins.empty()) {
+      if (!preverified) {
+        int err = X509_STORE_CTX_get_error(sc);
+        trust_error = std::string("the server's certificate is not trusted (") +
+                      X509_verify_cert_error_string(err) + ")";
+        if (err != X509_V_ERR_CERT_HAS_EXPIRED && err != X509_V_ERR_CERT_NOT_YET_VALID) {
+          trust_error += ": give the CA with --ca-file, or pin the server with --pin" +
+                         (pin.empty() ? std::string() : " (it presents " + pin + ")");
+        }
+        return false;
+      }
+      if (depth == 0 && !ssl::host_name_verification(host)(preverified, vc)) {
+        trust_error = "the server's certificate is not for " + host;
+        return false;
+      }
+      return true;
+    }
+    if (depth > 0) return true;  // with pins only the server's own key counts
+    if (!cert) return false;
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
+      trust_error = "the server's certificate has expired";
+      return false;
+    }
+    if (X509_cmp_current_time(X509_get0_notBefore(cert)) >= 0) {
+      trust_error = "the server's certificate is not valid yet";
+      return false;
+    }
+    if (std::find(pins.begin(), pins.end(), pin) == pins.end()) {
+      trust_error = "the server presents " + pin + ", which is not a pin given (" + pins[0] +
+                    (pins.size() > 1 ? ", ..." : "") + ")";
+      return false;
+    }
+    return true;
+  }
 
   // Runs the io_context until the pending operation completes.
   void Run() {
@@ -33,26 +100,57 @@ struct HttpClient::Impl {
     ioc.run();
   }
 
-  beast::error_code Connect(int timeout_ms) {
+  // Connects (and for https:// shakes hands). Errors are kUnavailable,
+  // and kPermissionDenied when the server is not the one trusted.
+  Status Connect(int timeout_ms) {
     beast::error_code ec;
     tcp::resolver resolver(ioc);
     auto results = resolver.resolve(host, port, ec);
-    if (ec) return ec;
-    stream.expires_after(std::chrono::milliseconds(timeout_ms));
-    stream.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });
-    Run();
-    if (!ec) {
-      stream.socket().set_option(tcp::no_delay(true));
-      connected = true;
-      buffer.clear();
+    if (ec) return Status::Unavailable("cannot resolve " + host + ": " + ec.message());
+    if (tls_ctx) {
+      tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc, *tls_ctx);
+    } else {
+      plain = std::make_unique<beast::tcp_stream>(ioc);
     }
-    return ec;
+    auto& s = lowest();
+    s.expires_after(std::chrono::milliseconds(timeout_ms));
+    s.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });
+    Run();
+    if (ec) return Status::Unavailable("cannot connect to " + host + ":" + port + ": " + ec.message());
+    s.socket().set_option(tcp::no_delay(true), ec);
+    if (tls) {
+      beast::error_code ip_ec;
+      net::ip::make_address(host, ip_ec);
+      if (ip_ec) SSL_set_tlsext_host_name(tls->native_handle(), host.c_str());  // SNI for names
+      tls->set_verify_mode(ssl::verify_peer);
+      tls->set_verify_callback(
+          [this](bool preverified, ssl::verify_context& vc) { return Verify(preverified, vc); });
+      trust_error.clear();
+      tls->async_handshake(ssl::stream_base::client, [&](beast::error_code e) { ec = e; });
+      Run();
+      if (ec) {
+        if (!trust_error.empty()) {
+          return Status::PermissionDenied("refusing https://" + host + ":" + port + ": " + trust_error);
+        }
+        std::string why = ec.message();
+        if (why.find("wrong version number") != std::string::npos) {
+          why += " (the server does not speak TLS: use http://)";
+        }
+        return Status::Unavailable("TLS handshake with " + host + ":" + port + " failed: " + why);
+      }
+    }
+    connected = true;
+    buffer.clear();
+    return Status::Ok();
   }
 
   void Close() {
     beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.close();
+    if (tls || plain) {
+      auto& s = lowest();
+      s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      s.close();
+    }
     connected = false;
   }
 
@@ -74,8 +172,8 @@ struct HttpClient::Impl {
 
   beast::error_code Write(http::request<http::string_body>& req, int timeout_ms) {
     beast::error_code ec;
-    stream.expires_after(std::chrono::milliseconds(timeout_ms));
-    http::async_write(stream, req, [&](beast::error_code e, size_t) { ec = e; });
+    lowest().expires_after(std::chrono::milliseconds(timeout_ms));
+    Io([&](auto& s) { http::async_write(s, req, [&](beast::error_code e, size_t) { ec = e; }); });
     Run();
     return ec;
   }
@@ -84,14 +182,18 @@ struct HttpClient::Impl {
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
-Result<std::unique_ptr<HttpClient>> HttpClient::Create(const std::string& base_url) {
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(const std::string& base_url,
+                                                       const TlsTrust& trust) {
   std::string rest = base_url;
+  bool https = false;
   if (rest.rfind("http://", 0) == 0) {
     rest = rest.substr(7);
   } else if (rest.rfind("https://", 0) == 0) {
-    return Status::InvalidArgument("https is not supported yet: " + base_url, "server");
+    rest = rest.substr(8);
+    https = true;
   } else {
-    return Status::InvalidArgument("server URL must start with http://: " + base_url, "server");
+    return Status::InvalidArgument("server URL must start with http:// or https://: " + base_url,
+                                   "server");
   }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos) {
@@ -99,15 +201,36 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(const std::string& base_u
   }
   auto impl = std::make_unique<Impl>();
   auto colon = rest.rfind(':');
-  if (colon == std::string::npos) {
+  if (colon == std::string::npos || rest.back() == ']') {
     impl->host = rest;
-    impl->port = "80";
+    impl->port = https ? "443" : "80";
   } else {
     impl->host = rest.substr(0, colon);
     impl->port = rest.substr(colon + 1);
   }
+  if (impl->host.size() > 2 && impl->host.front() == '[' && impl->host.back() == ']') {
+    impl->host = impl->host.substr(1, impl->host.size() - 2);  // [::1]
+  }
   if (impl->host.empty() || impl->port.empty()) {
     return Status::InvalidArgument("bad server URL: " + base_url, "server");
+  }
+  for (const auto& pin : trust.pins) {
+    if (!tls::IsPin(pin)) return Status::InvalidArgument("\"" + pin + "\" is not a pin", "pin");
+  }
+  if (https) {
+    impl->tls_ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    SSL_CTX_set_min_proto_version(impl->tls_ctx->native_handle(), TLS1_2_VERSION);
+    beast::error_code ec;
+    if (!trust.ca_file.empty()) {
+      impl->tls_ctx->load_verify_file(trust.ca_file, ec);
+      if (ec) {
+        return Status::InvalidArgument("cannot use CA file " + trust.ca_file + ": " + ec.message(),
+                                       "ca-file");
+      }
+    } else {
+      impl->tls_ctx->set_default_verify_paths(ec);
+    }
+    impl->pins = trust.pins;
   }
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
@@ -123,10 +246,9 @@ Result<HttpResponse> HttpClient::Do(const std::string& method, const std::string
   for (int round = 0; round < 2; ++round) {
     bool reused = im.connected;
     if (!im.connected) {
-      if (auto ec = im.Connect(timeout_ms)) {
+      if (Status st = im.Connect(timeout_ms); !st.ok()) {
         im.Close();
-        return Status::Unavailable("cannot connect to " + im.host + ":" + im.port + ": " +
-                                   ec.message());
+        return st;
       }
     }
     beast::error_code ec = im.Write(req, timeout_ms);
@@ -135,8 +257,10 @@ Result<HttpResponse> HttpClient::Do(const std::string& method, const std::string
     // Read the answer even if the write failed: a server may refuse a body
     // (413) before it has read all of it.
     beast::error_code write_ec = ec;
-    im.stream.expires_after(std::chrono::milliseconds(timeout_ms));
-    http::async_read(im.stream, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+    im.lowest().expires_after(std::chrono::milliseconds(timeout_ms));
+    im.Io([&](auto& s) {
+      http::async_read(s, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+    });
     im.Run();
     if (ec && write_ec) ec = write_ec;
     if (ec) {
@@ -167,9 +291,9 @@ Status HttpClient::Stream(const std::string& target,
                           int idle_timeout_ms) {
   Impl& im = *impl_;
   if (im.connected) im.Close();  // a stream gets a fresh connection
-  if (auto ec = im.Connect(idle_timeout_ms)) {
+  if (Status st = im.Connect(idle_timeout_ms); !st.ok()) {
     im.Close();
-    return Status::Unavailable("cannot connect to " + im.host + ":" + im.port + ": " + ec.message());
+    return st;
   }
   auto req = im.MakeRequest("GET", target, "", headers);
   if (auto ec = im.Write(req, idle_timeout_ms)) {
@@ -188,12 +312,16 @@ Status HttpClient::Stream(const std::string& target,
   };
   parser.on_chunk_body(on_chunk);
   beast::error_code ec;
-  im.stream.expires_after(std::chrono::milliseconds(idle_timeout_ms));
-  http::async_read_header(im.stream, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+  im.lowest().expires_after(std::chrono::milliseconds(idle_timeout_ms));
+  im.Io([&](auto& s) {
+    http::async_read_header(s, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+  });
   im.Run();
   while (!ec && !parser.is_done() && !stop) {
-    im.stream.expires_after(std::chrono::milliseconds(idle_timeout_ms));
-    http::async_read_some(im.stream, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+    im.lowest().expires_after(std::chrono::milliseconds(idle_timeout_ms));
+    im.Io([&](auto& s) {
+      http::async_read_some(s, im.buffer, parser, [&](beast::error_code e, size_t) { ec = e; });
+    });
     im.Run();
   }
   int status = parser.is_header_done() ? static_cast<int>(parser.get().result_int()) : 0;

@@ -1,5 +1,6 @@
-// HttpClient: a small blocking HTTP/1.1 client over Boost.Beast, with
-// keep-alive and per-request timeouts. Boost stays inside http_client.cc.
+// HttpClient: a small blocking HTTP/1.1 client over Boost.Beast, plain or
+// TLS, with keep-alive and per-request timeouts. Boost and OpenSSL stay
+// inside http_client.cc.
 //
 // Not thread-safe: use one client per thread.
 #pragma once
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -20,10 +22,23 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;  // lowercase names
 };
 
+// How an https:// server is trusted. With pins, the server's public key
+// must be one of them (common/tls.h): no CA is needed and the host name is
+// not checked, since the pin names the key itself; the certificate must
+// still be within its validity dates. Without pins, the certificate must
+// chain to `ca_file` (PEM), or to the system's CA store when it is empty,
+// and name the host. A server that fails is refused, never used unverified.
+struct TlsTrust {
+  std::string ca_file;
+  std::vector<std::string> pins;
+};
+
 class HttpClient {
  public:
-  // `base_url` is "http://HOST:PORT" (https is not supported yet).
-  static Result<std::unique_ptr<HttpClient>> Create(const std::string& base_url);
+  // `base_url` is "http://HOST:PORT" or "https://HOST:PORT" (port 80 or
+  // 443 when left out).
+  static Result<std::unique_ptr<HttpClient>> Create(const std::string& base_url,
+                                                    const TlsTrust& trust = {});
   ~HttpClient();
 
   // One request. Transport failures are kUnavailable; any HTTP status,

@@ -17,6 +17,7 @@
 #include "agent/check.h"
 #include "api/types.h"
 #include "cli/common.h"
+#include "common/tls.h"
 #include "cmd/dev.h"
 #include "cmd/sim.h"
 #include "common/duration.h"
@@ -62,6 +63,16 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(kLogLevels));
   cmd->add_option("--port-file", opts->port_file, "Write the actual HOST:PORT here once listening");
+  cmd->add_option("--tls-cert", opts->tls_cert,
+                  "Serve HTTPS with this certificate chain (PEM); reloaded on SIGHUP")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", opts->tls_key, "The certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--tls-self-signed", opts->tls_self_signed,
+                "Serve HTTPS with a self-signed certificate kept in DATA_DIR/tls, even on "
+                "loopback (the default beyond loopback when no --tls-cert is given)");
+  cmd->add_flag("--insecure-http", opts->insecure_http,
+                "Serve plain HTTP beyond loopback: tokens and code cross the network in clear text");
   cli::SetAction(cmd, [opts] { return server::RunServer(*opts); });
 }
 
@@ -74,7 +85,19 @@ void AddAgentCommand(CLI::App& app) {
   cmd->add_option("--join-token", opts->join_token,
                   "Join token (first start only; later DATA_DIR/node.token is used)")
       ->envname("TIDE_JOIN_TOKEN");
-  cmd->add_option("--data-dir", opts->data_dir, "State: node.token, job work directories")
+  cmd->add_option("--ca-file", opts->ca_file,
+                  "PEM file of the CAs an https:// server's certificate must chain to")
+      ->envname("TIDE_CA_FILE");
+  cmd->add_option_function<std::string>(
+         "--pin",
+         [opts](const std::string& text) {
+           auto pins = tls::ParsePins(text, "--pin");
+           if (!pins.ok()) throw CLI::ValidationError("--pin", pins.status().message());
+           opts->pins = *pins;
+         },
+         "Trust the https:// server by its key's pin (sha256:...); a join token carries it already")
+      ->envname("TIDE_PIN");
+  cmd->add_option("--data-dir", opts->data_dir, "State: node.token, server.pins, job work directories")
       ->capture_default_str();
   cmd->add_option("--name", opts->name, "Node name (default: the host name)");
   cmd->add_option("--fake-gpus", opts->fake_gpus,
@@ -194,6 +217,18 @@ int main(int argc, char** argv) {
   CLI::App app{"Tide: GPU batch scheduler. Submit jobs, follow them, get their outputs.", "tide"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tide ") + cmd::kVersion);
+  // How an https:// server is trusted (api::Client reads these variables).
+  app.add_option_function<std::string>(
+         "--ca-file", [](const std::string& f) { setenv("TIDE_CA_FILE", f.c_str(), 1); },
+         "PEM file of the CAs an https:// server's certificate must chain to (default: the "
+         "system's)")
+      ->envname("TIDE_CA_FILE");
+  app.add_option_function<std::string>(
+         "--pin", [](const std::string& p) { setenv("TIDE_PIN", p.c_str(), 1); },
+         "Trust an https:// server by its key's pin (sha256:..., as tide server prints it; "
+         "comma-separated for several) instead of a CA")
+      ->envname("TIDE_PIN");
+  app.fallthrough();
   cli::AddUserCommands(app);
   cmd::AddServerCommand(app);
   cmd::AddAgentCommand(app);
@@ -214,7 +249,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Start here: `tide dev`, then in another shell the export lines it prints and\n"
       "`tide submit -- nvidia-smi`. Every command takes --help; every listing takes -o json.\n"
-      "Environment: TIDE_SERVER (default http://127.0.0.1:7460), TIDE_TOKEN (your API token).\n"
+      "Environment: TIDE_SERVER (default http://127.0.0.1:7460), TIDE_TOKEN (your API token),\n"
+      "TIDE_PIN or TIDE_CA_FILE (how an https:// server is trusted: --pin, --ca-file).\n"
       "Admin commands read TIDE_ADMIN_TOKEN, else TIDE_TOKEN, else ./.tide/server/admin.token.");
   return cli::RunCli(app, argc, argv);
 }

@@ -17,6 +17,14 @@ struct ServerOptions {
   std::string log_level = "info";
   // Written once listening: the actual "HOST:PORT" (useful with port 0).
   std::string port_file;
+  // TLS (docs/security.md). With a certificate and key (PEM files) the
+  // server speaks HTTPS. Without them, a server listening beyond loopback
+  // makes a self-signed certificate in DATA_DIR/tls on first start (or
+  // always, with tls_self_signed) and prints its pin; plain HTTP beyond
+  // loopback needs insecure_http.
+  std::string tls_cert, tls_key;
+  bool tls_self_signed = false;
+  bool insecure_http = false;
 };
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code.

@@ -1,6 +1,7 @@
 // /v1/admin/... (admin token) and /v1/nodes.
 #include "api/types.h"
 #include "common/json_reader.h"
+#include "common/tls.h"
 #include "common/token.h"
 #include "server/http/api.h"
 
@@ -92,7 +93,10 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     auto token = core_->CreateJoinToken(provider_id);
     if (!token.ok()) return ErrorResponse(token.status());
     answer["id"] = TokenId(*token);
-    answer["token"] = *token;
+    // The pins let an agent verify this server without a CA.
+    std::vector<std::string> pins = tls_pins();
+    answer["token"] = tls::JoinTokenWithPins(*token, pins);
+    if (!pins.empty()) answer["pins"] = pins;
     return JsonResponse(201, answer);
   }
   if (seg.size() == 5 && seg[2] == "nodes" && (seg[4] == "drain" || seg[4] == "undrain") &&

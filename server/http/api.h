@@ -9,6 +9,7 @@
 // anything, so a rejected request leaves nothing behind.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ class Api {
   Response Handle(const Request& req);
   // The body limit for a route, checked before the body is read.
   static size_t BodyLimit(const std::string& method, const std::string& path);
+  // The pins of the server's TLS key(s), carried by the join tokens it
+  // makes (common/tls.h). Set before serving; empty for plain HTTP.
+  void set_tls_pins(std::vector<std::string> pins) {
+    std::lock_guard<std::mutex> lock(tls_mu_);
+    tls_pins_ = std::move(pins);
+  }
+  std::vector<std::string> tls_pins() const {
+    std::lock_guard<std::mutex> lock(tls_mu_);
+    return tls_pins_;
+  }
 
  private:
   using Segments = std::vector<std::string>;
@@ -51,6 +62,8 @@ class Api {
   Core* core_;
   BlobStore* blobs_;
   Clock* clock_;
+  mutable std::mutex tls_mu_;
+  std::vector<std::string> tls_pins_;  // guarded by tls_mu_
 };
 
 // Helpers shared by the resource files.

@@ -3,15 +3,19 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 namespace tide::server {
@@ -19,6 +23,7 @@ namespace tide::server {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -74,20 +79,96 @@ std::string ErrorBody(const char* code, const std::string& message) {
 void LingeringClose(tcp::socket& socket) {
   beast::error_code ec;
   socket.shutdown(tcp::socket::shutdown_send, ec);
-  // Asio may have made the descriptor non-blocking: wait with poll().
   char buf[65536];
   size_t total = 0;
   while (total < (64u << 20)) {
     pollfd pfd{socket.native_handle(), POLLIN, 0};
     if (::poll(&pfd, 1, 2000) <= 0) break;
-    ssize_t n = ::recv(socket.native_handle(), buf, sizeof(buf), 0);
+    ssize_t n = ::recv(socket.native_handle(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) break;
     total += static_cast<size_t>(n);
   }
 }
 
-constexpr int kIdleTimeoutS = 120;
+constexpr auto kIdleTimeout = std::chrono::seconds(120);   // between requests
+constexpr auto kHeaderTimeout = std::chrono::seconds(10);  // first byte to end of header
+constexpr auto kIoTimeout = std::chrono::seconds(60);      // each body read or answer write
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr int kMaxConnections = 2000;
+
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// Each connection thread runs its own io_context: operations are async so
+// that they have deadlines, and the thread waits for each one in turn.
+class Conn {
+ public:
+  explicit Conn(net::io_context& ioc) : ioc_(ioc) {}
+  template <typename Start>
+  beast::error_code Await(Start start) {
+    beast::error_code ec;
+    bytes_ = 0;
+    start([this, &ec](beast::error_code e, auto... n) {
+      ec = e;
+      if constexpr (sizeof...(n) == 1) bytes_ = static_cast<size_t>((n, ...));
+    });
+    ioc_.restart();
+    ioc_.run();
+    return ec;
+  }
+  size_t bytes() const { return bytes_; }  // what the last operation moved
+
+ private:
+  net::io_context& ioc_;
+  size_t bytes_ = 0;
+};
+
+std::shared_ptr<ssl::context> MakeTlsContext(const std::string& cert_file, const std::string& key_file,
+                                             Status* status) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  SSL_CTX* native = ctx->native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // TLS 1.2: forward-secret AEAD suites only (TLS 1.3's are all of that kind).
+  SSL_CTX_set_cipher_list(native, "ECDHE+AESGCM:ECDHE+CHACHA20");
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    *status = Status::InvalidArgument("cannot use certificate " + cert_file + ": " + ec.message(),
+                                      "tls-cert");
+    return nullptr;
+  }
+  ctx->use_private_key_file(key_file, ssl::context::pem, ec);
+  if (ec && ec.message().find("mismatch") != std::string::npos) {
+    *status = Status::InvalidArgument(
+        "private key " + key_file + " does not belong to certificate " + cert_file, "tls-key");
+    return nullptr;
+  }
+  if (ec) {
+    *status = Status::InvalidArgument("cannot use private key " + key_file + ": " + ec.message(),
+                                      "tls-key");
+    return nullptr;
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    *status = Status::InvalidArgument(
+        "private key " + key_file + " does not belong to certificate " + cert_file, "tls-key");
+    return nullptr;
+  }
+  return ctx;
+}
+
+// A Host header fit to echo in a redirect: host, port, brackets only.
+bool SafeHost(const std::string& host) {
+  if (host.empty() || host.size() > 255) return false;
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' &&
+        c != '[' && c != ']') {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -98,8 +179,20 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
+  mutable std::mutex tls_mu;
+  std::string cert_file, key_file;       // guarded by tls_mu
+  std::shared_ptr<ssl::context> tls_ctx;  // guarded by tls_mu; null: plain HTTP
 
-  void Session(tcp::socket socket);
+  std::shared_ptr<ssl::context> Tls() const {
+    std::lock_guard<std::mutex> lock(tls_mu);
+    return tls_ctx;
+  }
+  void Session(std::shared_ptr<net::io_context> ioc, tcp::socket socket);
+  // Serves requests on one connection until it ends.
+  template <typename Stream>
+  void Serve(Stream& stream, Conn& conn, const std::string& remote_addr);
+  // A plain HTTP request reached the TLS port: say so, then close.
+  void RefusePlain(beast::tcp_stream& stream, Conn& conn);
 };
 
 HttpServer::HttpServer(Handler handler, BodyLimit body_limit) : impl_(std::make_unique<Impl>()) {
@@ -137,10 +230,36 @@ Result<std::string> HttpServer::Listen(const std::string& address) {
   return bound.address().to_string() + ":" + std::to_string(bound.port());
 }
 
+Status HttpServer::EnableTls(const std::string& cert_file, const std::string& key_file) {
+  Status st;
+  auto ctx = MakeTlsContext(cert_file, key_file, &st);
+  if (!ctx) return st;
+  std::lock_guard<std::mutex> lock(impl_->tls_mu);
+  impl_->cert_file = cert_file;
+  impl_->key_file = key_file;
+  impl_->tls_ctx = std::move(ctx);
+  return Status::Ok();
+}
+
+Status HttpServer::ReloadTls() {
+  std::string cert, key;
+  {
+    std::lock_guard<std::mutex> lock(impl_->tls_mu);
+    if (!impl_->tls_ctx) return Status::InvalidArgument("this server does not serve TLS", "tls-cert");
+    cert = impl_->cert_file;
+    key = impl_->key_file;
+  }
+  return EnableTls(cert, key);
+}
+
+bool HttpServer::tls() const { return impl_->Tls() != nullptr; }
+
 void HttpServer::Serve() {
   while (!impl_->stopping) {
     beast::error_code ec;
-    tcp::socket socket(impl_->ioc);
+    // Each connection's operations run on its own io_context, in its thread.
+    auto ioc = std::make_shared<net::io_context>(1);
+    tcp::socket socket(*ioc);
     impl_->acceptor.accept(socket, ec);
     if (ec) {
       if (impl_->stopping) break;
@@ -149,8 +268,8 @@ void HttpServer::Serve() {
       continue;
     }
     try {
-      std::thread([impl = impl_.get(), s = std::move(socket)]() mutable {
-        impl->Session(std::move(s));
+      std::thread([impl = impl_.get(), ioc, s = std::move(socket)]() mutable {
+        impl->Session(std::move(ioc), std::move(s));
       }).detach();
     } catch (const std::system_error& e) {
       // Out of threads: refuse this connection, keep serving the others.
@@ -169,30 +288,13 @@ void HttpServer::Shutdown() {
   impl_->acceptor.close(ec);
 }
 
-void HttpServer::Impl::Session(tcp::socket socket) {
+void HttpServer::Impl::Session(std::shared_ptr<net::io_context> ioc, tcp::socket accepted) {
   ++connections;
   beast::error_code ec;
-  socket.set_option(tcp::no_delay(true), ec);
-  // An idle or trickling client does not hold its thread forever: a read
-  // that waits this long ends the connection (sessions use blocking reads).
-  timeval idle{kIdleTimeoutS, 0};
-  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
-  if (connections > kMaxConnections) {
-    spdlog::warn("{} connections open: refusing one", connections.load());
-    http::response<http::string_body> res{http::status::service_unavailable, 11};
-    res.set(http::field::content_type, "application/json");
-    res.set(http::field::retry_after, "1");
-    res.body() = ErrorBody("unavailable", "too many connections");
-    res.keep_alive(false);
-    res.prepare_payload();
-    http::write(socket, res, ec);
-    socket.close(ec);
-    --connections;
-    return;
-  }
+  accepted.set_option(tcp::no_delay(true), ec);
   std::string remote_addr;
   {
-    auto peer = socket.remote_endpoint(ec);
+    auto peer = accepted.remote_endpoint(ec);
     if (!ec) {
       auto addr = peer.address();
       // An IPv4 peer on a dual-stack socket reads as ::ffff:a.b.c.d.
@@ -202,16 +304,136 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       remote_addr = addr.to_string();
     }
   }
+  Conn conn(*ioc);
+  beast::tcp_stream stream(std::move(accepted));
+  std::shared_ptr<ssl::context> tls = Tls();
+  if (connections > kMaxConnections) {
+    spdlog::warn("{} connections open: refusing one", connections.load());
+    if (!tls) {
+      http::response<http::string_body> res{http::status::service_unavailable, 11};
+      res.set(http::field::content_type, "application/json");
+      res.set(http::field::retry_after, "1");
+      res.body() = ErrorBody("unavailable", "too many connections");
+      res.keep_alive(false);
+      res.prepare_payload();
+      stream.expires_after(kIoTimeout);
+      conn.Await([&](auto h) { http::async_write(stream, res, h); });
+    }
+  } else if (!tls) {
+    Serve(stream, conn, remote_addr);
+  } else {
+    // TLS records start with 0x16 (handshake); anything else is plain HTTP.
+    stream.expires_after(kIdleTimeout);
+    ec = conn.Await([&](auto h) { stream.socket().async_wait(tcp::socket::wait_read, h); });
+    unsigned char first = 0;
+    ssize_t n = ec ? -1 : ::recv(stream.socket().native_handle(), &first, 1, MSG_PEEK);
+    if (n == 1 && first != 0x16) {
+      RefusePlain(stream, conn);
+    } else if (n == 1) {
+      TlsStream tls_stream(std::move(stream), *tls);
+      beast::get_lowest_layer(tls_stream).expires_after(kHandshakeTimeout);
+      ec = conn.Await([&](auto h) { tls_stream.async_handshake(ssl::stream_base::server, h); });
+      if (ec) {
+        spdlog::debug("TLS handshake with {}: {}", remote_addr, ec.message());
+      } else {
+        Serve(tls_stream, conn, remote_addr);
+        beast::get_lowest_layer(tls_stream).expires_after(std::chrono::seconds(2));
+        conn.Await([&](auto h) { tls_stream.async_shutdown(h); });
+      }
+      beast::get_lowest_layer(tls_stream).socket().shutdown(tcp::socket::shutdown_both, ec);
+      beast::get_lowest_layer(tls_stream).close();
+      --connections;
+      return;
+    }
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.close();
+  --connections;
+}
+
+void HttpServer::Impl::RefusePlain(beast::tcp_stream& stream, Conn& conn) {
   beast::flat_buffer buffer;
+  http::request_parser<http::empty_body> parser;
+  parser.header_limit(16 * 1024);
+  stream.expires_after(kHeaderTimeout);
+  beast::error_code ec = conn.Await([&](auto h) { http::async_read_header(stream, buffer, parser, h); });
+  if (ec) return;
+  auto& req = parser.get();
+  std::string host(req[http::field::host]);
+  std::string message = "this server speaks HTTPS only: use https://" +
+                        (SafeHost(host) ? host : std::string("HOST:PORT"));
+  bool redirect = (req.method() == http::verb::get || req.method() == http::verb::head) &&
+                  SafeHost(host);
+  http::response<http::string_body> res{redirect ? http::status::permanent_redirect
+                                                 : http::status::bad_request,
+                                        req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::server, "tide");
+  if (redirect) {
+    std::string target(req.target());
+    if (target.empty() || target[0] != '/') target = "/";
+    for (char& c : target) {
+      if (static_cast<unsigned char>(c) < 0x21 || c == 0x7f) c = '_';
+    }
+    res.set(http::field::location, "https://" + host + target);
+  }
+  res.body() = ErrorBody("tls_required", message);
+  res.keep_alive(false);
+  res.prepare_payload();
+  stream.expires_after(kIoTimeout);
+  conn.Await([&](auto h) { http::async_write(stream, res, h); });
+  LingeringClose(stream.socket());
+}
+
+template <typename Stream>
+void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remote_addr) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  tcp::socket& socket = lowest.socket();
+  beast::flat_buffer buffer;
+  beast::error_code ec;
   while (!stopping) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(64 * 1024);
     // The real limit depends on the route, known only after the header:
     // lift Beast's default so the header itself is not refused.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    http::read_header(socket, buffer, parser, ec);
+    // Idle until the next request's first byte, then the whole header
+    // within kHeaderTimeout.
+    if (buffer.size() == 0) {
+      lowest.expires_after(kIdleTimeout);
+      ec = conn.Await([&](auto h) { stream.async_read_some(buffer.prepare(64 * 1024), h); });
+      if (ec) {
+        if (ec != net::error::eof && ec != beast::error::timeout) {
+          spdlog::debug("read from {}: {}", remote_addr, ec.message());
+        }
+        break;
+      }
+      buffer.commit(conn.bytes());
+    }
+    lowest.expires_after(kHeaderTimeout);
+    ec = conn.Await([&](auto h) { http::async_read_header(stream, buffer, parser, h); });
     if (ec) {
-      if (ec != http::error::end_of_stream) spdlog::debug("read header: {}", ec.message());
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+          ec == net::error::eof || ec == net::error::connection_reset) {
+        break;
+      }
+      spdlog::debug("read header from {}: {}", remote_addr, ec.message());
+      // A malformed request gets a 400 before the close. Bytes that open
+      // a TLS handshake (record type 22) mean an https:// client reached a
+      // plain port: its TLS library then reports a bad record, and says so.
+      bool tls_hello = buffer.size() > 0 &&
+                       static_cast<const unsigned char*>(buffer.data().data())[0] == 0x16;
+      http::response<http::string_body> res{http::status::bad_request, 11};
+      res.set(http::field::content_type, "application/json");
+      res.set(http::field::server, "tide");
+      res.body() = tls_hello ? ErrorBody("tls_not_served",
+                                         "this server speaks plain HTTP: use http://")
+                             : ErrorBody("bad_request", "malformed HTTP request: " + ec.message());
+      res.keep_alive(false);
+      res.prepare_payload();
+      lowest.expires_after(kIoTimeout);
+      conn.Await([&](auto h) { http::async_write(stream, res, h); });
+      LingeringClose(socket);
       break;
     }
     auto& hdr = parser.get();
@@ -221,27 +443,28 @@ void HttpServer::Impl::Session(tcp::socket socket) {
     ParseTarget(target, &req);
     size_t limit = body_limit(method, req.path);
     parser.body_limit(limit);
-    if (parser.content_length() && *parser.content_length() > limit) {
+    auto too_large = [&] {
       http::response<http::string_body> res{http::status::payload_too_large, hdr.version()};
       res.set(http::field::content_type, "application/json");
       res.body() = ErrorBody("too_large", "request body larger than " + std::to_string(limit) +
                                               " bytes");
       res.keep_alive(false);
       res.prepare_payload();
-      http::write(socket, res, ec);
+      lowest.expires_after(kIoTimeout);
+      conn.Await([&](auto h) { http::async_write(stream, res, h); });
       LingeringClose(socket);
+    };
+    if (parser.content_length() && *parser.content_length() > limit) {
+      too_large();
       break;
     }
-    http::read(socket, buffer, parser, ec);
+    // The body: each piece within kIoTimeout of the last.
+    while (!ec && !parser.is_done()) {
+      lowest.expires_after(kIoTimeout);
+      ec = conn.Await([&](auto h) { http::async_read_some(stream, buffer, parser, h); });
+    }
     if (ec == http::error::body_limit) {
-      http::response<http::string_body> res{http::status::payload_too_large, 11};
-      res.set(http::field::content_type, "application/json");
-      res.body() = ErrorBody("too_large", "request body larger than " + std::to_string(limit) +
-                                              " bytes");
-      res.keep_alive(false);
-      res.prepare_payload();
-      http::write(socket, res, ec);
-      LingeringClose(socket);
+      too_large();
       break;
     }
     if (ec) {
@@ -275,7 +498,8 @@ void HttpServer::Impl::Session(tcp::socket socket) {
       res.chunked(true);
       res.keep_alive(false);
       http::response_serializer<http::empty_body> sr{res};
-      http::write_header(socket, sr, ec);
+      lowest.expires_after(kIoTimeout);
+      ec = conn.Await([&](auto h) { http::async_write_header(stream, sr, h); });
       if (ec) break;
       bool alive = true;
       try {
@@ -288,7 +512,9 @@ void HttpServer::Impl::Session(tcp::socket socket) {
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) alive = false;
             return alive;
           }
-          net::write(socket, http::make_chunk(net::const_buffer(data.data(), data.size())), ec);
+          lowest.expires_after(kIoTimeout);
+          auto chunk = http::make_chunk(net::const_buffer(data.data(), data.size()));
+          ec = conn.Await([&](auto h) { net::async_write(stream, chunk, h); });
           if (ec) alive = false;
           return alive;
         });
@@ -296,7 +522,11 @@ void HttpServer::Impl::Session(tcp::socket socket) {
         spdlog::error("stream for {} failed: {}", req.path, e.what());
         alive = false;
       }
-      if (alive) net::write(socket, http::make_chunk_last(), ec);
+      if (alive) {
+        lowest.expires_after(kIoTimeout);
+        auto last = http::make_chunk_last();
+        conn.Await([&](auto h) { net::async_write(stream, last, h); });
+      }
       break;  // a stream ends its connection
     }
     http::response<http::string_body> res{static_cast<http::status>(out.status), msg.version()};
@@ -306,12 +536,10 @@ void HttpServer::Impl::Session(tcp::socket socket) {
     res.body() = std::move(out.body);
     res.keep_alive(keep_alive && !stopping);
     res.prepare_payload();
-    http::write(socket, res, ec);
+    lowest.expires_after(kIoTimeout);
+    ec = conn.Await([&](auto h) { http::async_write(stream, res, h); });
     if (ec || !res.keep_alive()) break;
   }
-  socket.shutdown(tcp::socket::shutdown_both, ec);
-  socket.close(ec);
-  --connections;
 }
 
 }  // namespace tide::server

@@ -1,9 +1,19 @@
-// HttpServer: HTTP/1.1 with keep-alive over Boost.Beast, one thread per
-// connection. Boost stays inside http_server.cc: handlers see only Request
-// and Response.
+// HttpServer: HTTP/1.1 with keep-alive over Boost.Beast, plain or TLS, one
+// thread per connection. Boost and OpenSSL stay inside http_server.cc:
+// handlers see only Request and Response.
 //
 // Bodies are limited before they are read: a request whose Content-Length
 // exceeds the limit for its path gets 413 without the body being read.
+//
+// Every read and write has a deadline: a client that sends its request
+// header slower than kHeaderTimeout, stalls a body or an answer, or idles
+// between requests longer than kIdleTimeout loses its connection, so a slow
+// client cannot hold a thread.
+//
+// With TLS (TLS 1.2 and 1.3 only, ECDHE with AES-GCM or ChaCha20), a client
+// that speaks plain HTTP to the port is told so: a GET gets a 308 redirect
+// to https://, anything else a 400, both with a JSON error that says to use
+// https://.
 #pragma once
 
 #include <atomic>
@@ -59,6 +69,13 @@ class HttpServer {
 
   // Binds "HOST:PORT" (port 0: any free port). Returns the bound "HOST:PORT".
   Result<std::string> Listen(const std::string& address);
+  // Serves HTTPS with the certificate chain and private key in these PEM
+  // files. Call before Serve(). Errors name the file.
+  Status EnableTls(const std::string& cert_file, const std::string& key_file);
+  // Reads the files of EnableTls again; connections accepted from now on use
+  // them, open ones keep theirs. On error the old certificate stays.
+  Status ReloadTls();
+  bool tls() const;
   // Accepts connections until Shutdown(). Blocks.
   void Serve();
   // Stops accepting; open connections end after their current request.

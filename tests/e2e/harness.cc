@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/paths.h"
+#include "common/tls.h"
 
 namespace tide::e2e {
 
@@ -174,7 +175,12 @@ Cluster::Cluster(std::string node_timeout) : node_timeout_(std::move(node_timeou
   // in the agents' data dirs below: enter, not list.
   ::chmod(dir_.c_str(), 0711);
   listen_ = "127.0.0.1:" + std::to_string(FreePort());
-  url_ = "http://" + listen_;
+  url_ = (Tls() ? "https://" : "http://") + listen_;
+}
+
+bool Cluster::Tls() {
+  const char* v = getenv("TIDE_E2E_TLS");
+  return v && std::string(v) == "1";
 }
 
 Cluster::~Cluster() {
@@ -196,8 +202,23 @@ void Cluster::StartServer(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {TIDE_BINARY,      "server",       "--listen",
                                    listen_,          "--data-dir",   dir_ + "/server",
                                    "--node-timeout", node_timeout_};
+  if (Tls()) argv.push_back("--tls-self-signed");
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   server_->Start(argv, dir_ + "/server-" + std::to_string(server_starts_++) + ".log");
+  if (Tls()) {
+    // Trust it by the pin of the key it made: every client of this process
+    // and every CLI it starts reads TIDE_PIN; agents get it in the join token.
+    std::string pin;
+    Eventually(
+        [&] {
+          auto info = tls::Inspect(ReadAll(dir_ + "/server/tls/cert.pem"));
+          if (info.ok()) pin = info->pin;
+          return info.ok();
+        },
+        std::chrono::seconds(20));
+    if (pin.empty()) throw std::runtime_error("no TLS certificate: " + ReadAll(server_->log_path()));
+    setenv("TIDE_PIN", pin.c_str(), 1);
+  }
   auto probe = api::Client::Create(url_, "");
   bool up = Eventually([&] { return (*probe)->Health().ok(); }, std::chrono::seconds(20));
   if (!up) throw std::runtime_error("server did not start: " + ReadAll(server_->log_path()));

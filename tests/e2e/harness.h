@@ -77,6 +77,9 @@ class Cluster {
                                          const std::string& token, const std::string& out_path) const;
 
   const std::string& url() const { return url_; }
+  // TIDE_E2E_TLS=1: the server speaks HTTPS with a self-signed certificate
+  // and every client trusts it by pin.
+  static bool Tls();
   const std::string& dir() const { return dir_; }
 
  private:

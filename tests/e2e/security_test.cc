@@ -48,7 +48,7 @@ class SecurityTest : public ::testing::Test {
     bob_token_ = cluster_.NewUser("bob");
     alice_ = cluster_.ClientFor(alice_token_);
     bob_ = cluster_.ClientFor(bob_token_);
-    http_ = std::move(api::HttpClient::Create(cluster_.url())).value();
+    http_ = std::move(api::HttpClient::Create(cluster_.url(), *api::Client::TrustFromEnvironment())).value();
   }
   api::HttpResponse Raw(const std::string& method, const std::string& target,
                         const std::string& body, const std::string& token,
