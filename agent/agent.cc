@@ -52,37 +52,43 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// How the agent trusts an https:// server: --ca-file, --pin, and the pins
-// its join token carries. Those are saved in DATA_DIR/server.pins, so a
-// later start (with only node.token) still verifies the same server.
-// Sets *join_secret to the join token without its pins.
+// How the agent trusts an https:// server: --ca-file, --pin, the pins its
+// join token carries and those the server announced since (kept in
+// DATA_DIR/server.pins, so a later start with only node.token still
+// verifies the same server, across a rotation to its next key). Sets
+// *join_secret to the join token without its pins.
 Result<api::TlsTrust> ServerTrust(const AgentOptions& o, const std::string& data_dir,
                                   std::string* join_secret) {
   api::TlsTrust trust{o.ca_file, o.pins};
+  auto trust_pin = [&trust](const std::string& p) {
+    if (std::find(trust.pins.begin(), trust.pins.end(), p) == trust.pins.end()) trust.pins.push_back(p);
+  };
   std::string pins_path = data_dir + "/server.pins";
+  std::vector<std::string> saved;
+  if (auto text = ReadFile(pins_path); text.ok()) {
+    std::string joined;
+    for (char c : *text) joined += c == '\n' ? ',' : c;
+    while (!joined.empty() && joined.back() == ',') joined.pop_back();
+    auto parsed = tls::ParsePins(joined, pins_path);
+    if (!parsed.ok()) return parsed.status();
+    saved = *parsed;
+  }
+  std::vector<std::string> keep = saved;
   join_secret->clear();
-  std::vector<std::string> carried;
   if (!o.join_token.empty()) {
     auto parts = tls::SplitJoinToken(o.join_token, "--join-token");
     if (!parts.ok()) return parts.status();
     *join_secret = parts->secret;
-    carried = parts->pins;
+    for (const auto& p : parts->pins) {
+      if (std::find(keep.begin(), keep.end(), p) == keep.end()) keep.push_back(p);
+    }
   }
-  if (!carried.empty()) {
+  if (keep != saved) {
     std::string text;
-    for (const auto& p : carried) text += p + "\n";
+    for (const auto& p : keep) text += p + "\n";
     TIDE_RETURN_IF_ERROR(WriteFileAtomic(pins_path, text, 0600));
-  } else if (auto saved = ReadFile(pins_path); saved.ok()) {
-    std::string joined;
-    for (char c : *saved) joined += c == '\n' ? ',' : c;
-    while (!joined.empty() && joined.back() == ',') joined.pop_back();
-    auto parsed = tls::ParsePins(joined, pins_path);
-    if (!parsed.ok()) return parsed.status();
-    carried = *parsed;
   }
-  for (const auto& p : carried) {
-    if (std::find(trust.pins.begin(), trust.pins.end(), p) == trust.pins.end()) trust.pins.push_back(p);
-  }
+  for (const auto& p : keep) trust_pin(p);
   if (o.server.rfind("http://", 0) == 0 && !trust.pins.empty()) {
     spdlog::warn("--server {} is plain http://: the pins are not used, and tokens cross the "
                  "network in clear text",
@@ -166,6 +172,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void HeartbeatLoop();
   void PollLoop();
   void HandleWork(const api::AgentWork& work, const char* from);
+  // Keeps the pins a pinned server announced (its certificate's and its
+  // next key's), in memory and in DATA_DIR/server.pins.
+  void AdoptServerPins(const std::vector<std::string>& announced);
   // Destroys runners that are done; returns how many remain.
   size_t ReapDone();
   void StopAll(const std::string& reason);
@@ -547,6 +556,7 @@ void Agent::HeartbeatLoop() {
     if (work.ok()) {
       if (failing) spdlog::info("heartbeat: server reachable again");
       failing = false;
+      if (!work->tls_pins.empty()) AdoptServerPins(work->tls_pins);
       HandleWork(*work, "heartbeat");
     } else if (work.status().code() == Code::kUnauthenticated) {
       revoked_ = true;
@@ -561,6 +571,26 @@ void Agent::HeartbeatLoop() {
       return;
     }
   }
+}
+
+void Agent::AdoptServerPins(const std::vector<std::string>& announced) {
+  // Only a server already verified by a pin may name the pins that come
+  // next: it answered over a connection that one of ours verified.
+  if (http_ == nullptr || !http_->pinned()) return;
+  std::vector<std::string> pins = options_.pins;  // --pin stays trusted
+  for (const auto& p : announced) {
+    if (std::find(pins.begin(), pins.end(), p) == pins.end()) pins.push_back(p);
+  }
+  if (!http_->SetPins(pins)) return;
+  std::string text, list;
+  for (const auto& p : announced) {
+    text += p + "\n";
+    list += (list.empty() ? "" : ", ") + p;
+  }
+  if (Status st = WriteFileAtomic(data_dir_ + "/server.pins", text, 0600); !st.ok()) {
+    spdlog::warn("cannot save the server's pins: {}", st.ToString());
+  }
+  spdlog::info("server announced TLS pins {}: trusted from now on", list);
 }
 
 void Agent::PollLoop() {

@@ -15,29 +15,53 @@ template <typename Fn>
 auto HttpServerLink::WithClient(Fn fn) -> decltype(fn(std::declval<api::Client&>())) {
   std::unique_ptr<api::Client> client;
   std::string token;
+  api::TlsTrust trust;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     token = node_token_;
+    trust = trust_;
+    generation = trust_generation_;
     if (!idle_.empty()) {
       client = std::move(idle_.back());
       idle_.pop_back();
     }
   }
   if (!client) {
-    auto made = api::Client::Create(server_, token, trust_);
+    auto made = api::Client::Create(server_, token, trust);
     if (!made.ok()) return made.status();
     client = std::move(*made);
   }
   client->set_token(token);
   auto result = fn(*client);
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.push_back(std::move(client));
+  // A client made under pins since replaced is dropped with its connection.
+  if (generation == trust_generation_) idle_.push_back(std::move(client));
   return result;
+}
+
+bool HttpServerLink::pinned() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return server_.rfind("https://", 0) == 0 && !trust_.pins.empty();
+}
+
+bool HttpServerLink::SetPins(std::vector<std::string> pins) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pins == trust_.pins) return false;
+  trust_.pins = std::move(pins);
+  ++trust_generation_;
+  idle_.clear();
+  return true;
 }
 
 Result<Registered> HttpServerLink::Register(const std::string& token,
                                             const api::RegisterRequest& req) {
-  auto client = api::Client::Create(server_, token, trust_);
+  api::TlsTrust trust;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    trust = trust_;
+  }
+  auto client = api::Client::Create(server_, token, trust);
   if (!client.ok()) return client.status();
   Result<api::json> answer = (*client)->Register(req);
   if (!answer.ok()) return answer.status();

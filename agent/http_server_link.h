@@ -27,6 +27,12 @@ class HttpServerLink final : public ServerLink {
 
   Result<Registered> Register(const std::string& token, const api::RegisterRequest& req) override;
   void set_node_token(const std::string& token) override;
+
+  // True for an https:// server verified by pins (not by a CA).
+  bool pinned() const;
+  // Trusts `pins` for every connection made from now on; pooled
+  // connections are closed. False when they are the pins already trusted.
+  bool SetPins(std::vector<std::string> pins);
   Result<api::AgentWork> Heartbeat(const api::Heartbeat& hb) override;
   Result<api::AgentWork> PollWork(int wait_s) override;
   Status PostEvent(const std::string& job_id, const api::JobEvent& event) override;
@@ -50,8 +56,9 @@ class HttpServerLink final : public ServerLink {
   auto WithClient(Fn fn) -> decltype(fn(std::declval<api::Client&>()));
 
   const std::string server_;
-  const api::TlsTrust trust_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  api::TlsTrust trust_;          // guarded by mu_
+  uint64_t trust_generation_ = 0;  // guarded by mu_: bumped by SetPins
   std::string node_token_;                           // guarded by mu_
   std::vector<std::unique_ptr<api::Client>> idle_;  // guarded by mu_
 };

@@ -200,8 +200,14 @@ Result<NewJoinToken> Client::CreateJoinToken(const std::string& provider, bool c
   if (create_provider) body["create_provider"] = true;
   auto j = Call("POST", "/v1/admin/join-tokens", body);
   if (!j.ok()) return j.status();
-  return NewJoinToken{j->value("id", ""), j->value("token", ""), j->value("provider_id", ""),
-                      j->value("provider_token", "")};
+  NewJoinToken token{j->value("id", ""), j->value("token", ""), j->value("provider_id", ""),
+                     j->value("provider_token", ""), {}};
+  if (auto pins = j->find("pins"); pins != j->end() && pins->is_array()) {
+    for (const auto& pin : *pins) {
+      if (pin.is_string()) token.pins.push_back(pin.get<std::string>());
+    }
+  }
+  return token;
 }
 
 Result<json> Client::Register(const RegisterRequest& req) {

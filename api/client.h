@@ -45,6 +45,7 @@ struct NewJoinToken {
   std::string token;  // the secret, shown once
   std::string provider_id;     // the agents' owner; "" = the operator
   std::string provider_token;  // the provider's API token, when this call created the account
+  std::vector<std::string> pins;  // the server certificate pins the token carries (TLS only)
 };
 
 class Client {

@@ -87,8 +87,9 @@ struct HttpClient::Impl {
       return false;
     }
     if (std::find(pins.begin(), pins.end(), pin) == pins.end()) {
-      trust_error = "the server presents " + pin + ", which is not a pin given (" + pins[0] +
-                    (pins.size() > 1 ? ", ..." : "") + ")";
+      std::string given;
+      for (const auto& p : pins) given += (given.empty() ? "" : ", ") + p;
+      trust_error = "the server presents " + pin + ", which is not a pin given (" + given + ")";
       return false;
     }
     return true;

@@ -1,5 +1,7 @@
 #include "api/types.h"
 
+#include "common/tls.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -7,6 +9,7 @@
 
 #include "common/duration.h"
 #include "common/json_reader.h"
+#include "common/tls.h"
 
 namespace tide::api {
 
@@ -838,7 +841,9 @@ json ToJson(const AgentWork& w) {
     cs.push_back({{"job_id", c.job_id}, {"attempt", c.attempt}, {"reason", c.reason},
                   {"grace", c.grace_s}});
   }
-  return {{"assignments", as}, {"cancels", cs}};
+  json out = {{"assignments", as}, {"cancels", cs}};
+  if (!w.tls_pins.empty()) out["tls_pins"] = w.tls_pins;
+  return out;
 }
 
 namespace {
@@ -868,6 +873,14 @@ Result<AgentWork> AgentWorkFromJsonImpl(const json& j) {
       o.reason = c.value("reason", "");
       o.grace_s = c.value("grace", int64_t{30});
       w.cancels.push_back(o);
+    }
+  }
+  if (j.contains("tls_pins") && j["tls_pins"].is_array()) {
+    for (auto& p : j["tls_pins"]) {
+      if (!p.is_string() || !tls::IsPin(p.get<std::string>())) {
+        return Status::InvalidArgument("must be sha256: pins", "tls_pins");
+      }
+      w.tls_pins.push_back(p.get<std::string>());
     }
   }
   return w;

@@ -294,6 +294,9 @@ struct CancelOrder {
 struct AgentWork {
   std::vector<Assignment> assignments;
   std::vector<CancelOrder> cancels;
+  // Heartbeat answers over TLS: the pins of the server's certificate and
+  // its next key, which a pinning agent keeps (docs/security.md).
+  std::vector<std::string> tls_pins;
 };
 json ToJson(const AgentWork& w);
 Result<AgentWork> AgentWorkFromJson(const json& j);

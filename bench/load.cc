@@ -9,10 +9,18 @@
 //      cancel it.
 //
 // It starts `tide server` and one `tide agent` (fake GPUs) in a temp dir,
-// prints its figures and stops both by pid.
+// prints its figures and stops both by pid. With --tls on the server speaks
+// HTTPS (a self-signed certificate, clients and the agent trusting it by
+// pin); --tls both runs plain HTTP and TLS, alternating for --rounds, and
+// prints what TLS costs (medians).
+// Keep-alive connections pay the handshake once each.
+//
+// It fails (exit 1) when a figure measured nothing: no submission
+// acknowledged, or no job that started.
 //
 //   tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]
-//             [--priced on|off] [--batch-trials 10000]
+//             [--priced on|off] [--batch-trials 10000] [--tls off|on|both]
+//             [--rounds N]
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -30,6 +38,7 @@
 
 #include "api/client.h"
 #include "common/paths.h"
+#include "common/tls.h"
 
 using namespace tide;
 using Clock = std::chrono::steady_clock;
@@ -37,6 +46,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  fflush(stdout);  // else the child's freopen writes what is buffered again
+  fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
     FILE* f = freopen(log.c_str(), "w", stdout);
@@ -68,64 +79,77 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
+struct Options {
   std::string tide_bin;
   int connections = 8, jobs = 4000, latency_jobs = 50, batch_trials = 10'000;
   bool priced = false;  // --priced on: every submission holds escrow in the ledger
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--tide") tide_bin = argv[i + 1];
-    else if (a == "--connections") connections = atoi(argv[i + 1]);
-    else if (a == "--jobs") jobs = atoi(argv[i + 1]);
-    else if (a == "--latency-jobs") latency_jobs = atoi(argv[i + 1]);
-    else if (a == "--batch-trials") batch_trials = atoi(argv[i + 1]);
-    else if (a == "--priced") priced = std::string(argv[i + 1]) == "on";
-    else {
-      fprintf(stderr, "unknown flag %s\n", a.c_str());
-      return 2;
-    }
-  }
-  if (tide_bin.empty()) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = '\0';
-    std::string dir = self;
-    dir = dir.substr(0, dir.rfind('/'));
-    tide_bin = dir + "/../tide";
-  }
+  int rounds = 1;       // runs of each kind
+};
+
+struct Figures {
+  double submissions_per_s = 0;
+  double p50_ms = 0, p99_ms = 0;
+};
+
+// One server and one agent, measured; false when something did not run.
+bool RunOnce(const Options& o, bool tls, Figures* figures) {
+  const std::string& tide_bin = o.tide_bin;
+  const int connections = o.connections, jobs = o.jobs, latency_jobs = o.latency_jobs,
+            batch_trials = o.batch_trials;
+  const bool priced = o.priced;
+  const char* label = tls ? "[https] " : "[http] ";
+  ::sync();  // the last run's files are not written back while this one measures
   char tmpl[] = "/tmp/tide-load-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   ::chmod(dir.c_str(), 0711);  // sandboxed jobs run as uids of their own and traverse to their dirs
-  std::string listen = "127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
-  std::string url = "http://" + listen;
-  pid_t server = Spawn({tide_bin, "server", "--listen", listen, "--data-dir", dir + "/server"},
-                       dir + "/server.log");
-  auto probe = std::move(api::Client::Create(url, "")).value();
+  std::string listen = "127.0.0.1:" + std::to_string(20000 + (getpid() + (tls ? 1 : 0)) % 20000);
+  std::string url = (tls ? "https://" : "http://") + listen;
+  std::vector<std::string> server_argv = {tide_bin, "server", "--listen", listen, "--data-dir",
+                                          dir + "/server"};
+  if (tls) server_argv.push_back("--tls-self-signed");
+  pid_t server = Spawn(server_argv, dir + "/server.log");
+  api::TlsTrust trust;
+  if (tls) {
+    for (int i = 0; i < 200 && trust.pins.empty(); ++i) {
+      auto pem = ReadFile(dir + "/server/tls/cert.pem");
+      auto info = pem.ok() ? tls::Inspect(*pem) : Result<tls::CertificateInfo>(pem.status());
+      if (info.ok()) {
+        trust.pins.push_back(info->pin);
+      } else {
+        usleep(50'000);
+      }
+    }
+  }
+  auto connect = [&](const std::string& token) {
+    return std::move(api::Client::Create(url, token, trust)).value();
+  };
+  auto probe = connect("");
   for (int i = 0; i < 200 && !probe->Health().ok(); ++i) usleep(50'000);
   auto admin_token = ReadFile(dir + "/server/admin.token");
-  if (!admin_token.ok()) {
+  if (!admin_token.ok() || !probe->Health().ok()) {
     fprintf(stderr, "server did not start; see %s/server.log\n", dir.c_str());
     Stop(server);
-    return 1;
+    return false;
   }
   std::string tok = *admin_token;
   tok.erase(tok.find_last_not_of("\n") + 1);
-  auto admin = std::move(api::Client::Create(url, tok)).value();
+  auto admin = connect(tok);
   std::string user = admin->CreateUser("load")->token;
   if (priced) {
     // H100 at 2 credits per GPU-hour, and plenty of credit: each submission
     // of the throughput run holds 2 credits (1 GPU x max_runtime 1h).
     (void)admin->Call("POST", "/v1/admin/prices", nlohmann::json{{"per_gpu_hour", {{"H100", "2"}}}});
     auto card = admin->Call("POST", "/v1/admin/cards", nlohmann::json{{"count", 1}, {"value", "1000000"}});
-    auto user_client = std::move(api::Client::Create(url, user)).value();
+    auto user_client = connect(user);
     if (!card.ok() ||
         !user_client->Call("POST", "/v1/cards/redeem", nlohmann::json{{"code", (*card)["codes"][0]}}).ok()) {
       fprintf(stderr, "could not fund the load user\n");
-      return 1;
+      Stop(server);
+      return false;
     }
   }
+  // Over TLS the join token carries the server's pins: the agent needs nothing else.
   std::string join = admin->CreateJoinToken()->token;
   pid_t agent = Spawn({tide_bin, "agent", "--server", url, "--join-token", join, "--data-dir",
                        dir + "/agent", "--name", "load-agent", "--fake-gpus", "8xRTX4090:24GB"},
@@ -140,7 +164,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "the agent did not join; see %s/agent.log\n", dir.c_str());
     Stop(agent);
     Stop(server);
-    return 1;
+    return false;
   }
 
   // 1. Throughput: jobs that wait (no node has their GPU type), so the
@@ -150,7 +174,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int c = 0; c < connections; ++c) {
     threads.emplace_back([&] {
-      auto client = std::move(api::Client::Create(url, user)).value();
+      auto client = connect(user);
       nlohmann::json spec = {{"name", "load"},
                              {"command", {"true"}},
                              {"resources", {{"gpu_type", "H100"}, {"gpu_count", 1}}}};
@@ -163,12 +187,12 @@ int main(int argc, char** argv) {
   }
   for (auto& t : threads) t.join();
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  printf("durable submissions%s: %d jobs over %d connections in %.2f s = %.0f jobs/s (%d failed)\n",
-         priced ? " (priced: each holds escrow)" : "", jobs, connections, secs, jobs / secs,
+  printf("%sdurable submissions%s: %d jobs over %d connections in %.2f s = %.0f jobs/s (%d failed)\n",
+         label, priced ? " (priced: each holds escrow)" : "", jobs, connections, secs, jobs / secs,
          failed.load());
 
   // Clear the waiting jobs so the latency run sees an idle cluster.
-  auto client = std::move(api::Client::Create(url, user)).value();
+  auto client = connect(user);
   while (true) {
     api::JobFilter f;
     f.status = "queued";
@@ -193,8 +217,8 @@ int main(int argc, char** argv) {
     }
     if (j.started_at > 0) lat.push_back(static_cast<double>(j.started_at - j.created_at));
   }
-  printf("submit-to-running latency over %zu jobs: p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
-         lat.size(), Percentile(lat, 50), Percentile(lat, 99), Percentile(lat, 100));
+  printf("%ssubmit-to-running latency over %zu jobs: p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+         label, lat.size(), Percentile(lat, 50), Percentile(lat, 99), Percentile(lat, 100));
   // 3. One batch, one request.
   if (batch_trials >= 100) {
     nlohmann::json grid = {{"a", nlohmann::json::array()}, {"b", nlohmann::json::array()}};
@@ -227,14 +251,104 @@ int main(int argc, char** argv) {
       auto c0 = Clock::now();
       auto cancelled = client->Call("POST", "/v1/batches/" + id + "/cancel", nlohmann::json::object(), 300'000);
       double cancel = std::chrono::duration<double>(Clock::now() - c0).count();
-      printf("one batch of %d trials: accepted (durable) in %.2f s, %zu trials listed after %.2f s, "
+      printf("%sone batch of %d trials: accepted (durable) in %.2f s, %zu trials listed after %.2f s, "
              "cancelled in %.2f s%s\n",
-             (*batch)["trials"].get<int>(), accept, listed, visible, cancel,
+             label, (*batch)["trials"].get<int>(), accept, listed, visible, cancel,
              cancelled.ok() ? "" : " (cancel failed)");
     }
   }
   Stop(agent);
   Stop(server);
   if (!getenv("TIDE_LOAD_KEEP")) std::system(("rm -rf " + dir).c_str());
-  return failed.load() == 0 ? 0 : 1;
+  figures->submissions_per_s = (jobs - failed.load()) / secs;
+  figures->p50_ms = Percentile(lat, 50);
+  figures->p99_ms = Percentile(lat, 99);
+  bool measured = true;
+  if (failed.load() == jobs) {
+    fprintf(stderr, "%sno submission was acknowledged: nothing measured\n", label);
+    measured = false;
+  }
+  if (latency_jobs > 0 && lat.empty()) {
+    fprintf(stderr, "%sno job started: no latency measured; see the agent's log (TIDE_LOAD_KEEP=1 keeps %s)\n",
+            label, dir.c_str());
+    measured = false;
+  }
+  return measured && failed.load() == 0;
+}
+
+const char kUsage[] =
+    "usage: tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]\n"
+    "                 [--priced on|off] [--batch-trials 10000] [--tls off|on|both]\n"
+    "                 [--rounds 1]\n"
+    "Starts a tide server and agent on loopback and prints durable submissions/s,\n"
+    "submit-to-running latency and one batch's figures; --tls both measures plain\n"
+    "HTTP and HTTPS, alternating for --rounds, and prints what TLS costs.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string tls = "off";
+  for (int i = 1; i < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      fputs(kUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "%s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    std::string v = argv[i + 1];
+    if (a == "--tide") o.tide_bin = v;
+    else if (a == "--connections") o.connections = atoi(v.c_str());
+    else if (a == "--jobs") o.jobs = atoi(v.c_str());
+    else if (a == "--latency-jobs") o.latency_jobs = atoi(v.c_str());
+    else if (a == "--batch-trials") o.batch_trials = atoi(v.c_str());
+    else if (a == "--priced") o.priced = v == "on";
+    else if (a == "--rounds") o.rounds = atoi(v.c_str());
+    else if (a == "--tls" && (v == "off" || v == "on" || v == "both")) tls = v;
+    else {
+      fprintf(stderr, "unknown flag or value: %s %s\n%s", a.c_str(), v.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (o.connections < 1 || o.jobs < 1 || o.latency_jobs < 0 || o.rounds < 1) {
+    fprintf(stderr, "--connections, --jobs and --rounds must be at least 1, --latency-jobs at least 0\n");
+    return 2;
+  }
+  if (o.tide_bin.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[n > 0 ? n : 0] = '\0';
+    std::string dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+    o.tide_bin = dir + "/../tide";
+  }
+  // --tls both alternates (plain, TLS, TLS, plain, ...) so that neither
+  // always runs second on a machine still busy with the first.
+  std::vector<Figures> plain, secure;
+  bool ok = true;
+  for (int round = 0; round < o.rounds && ok; ++round) {
+    bool tls_first = tls == "on" || (tls == "both" && round % 2 == 1);
+    for (bool with_tls : {tls_first, !tls_first}) {
+      if ((with_tls && tls == "off") || (!with_tls && tls == "on")) continue;
+      Figures f;
+      ok = RunOnce(o, with_tls, &f) && ok;
+      (with_tls ? secure : plain).push_back(f);
+    }
+  }
+  if (tls == "both" && ok) {
+    auto median = [](std::vector<Figures> v, double Figures::*field) {
+      std::sort(v.begin(), v.end(), [&](const Figures& a, const Figures& b) { return a.*field < b.*field; });
+      return v.size() % 2 ? v[v.size() / 2].*field
+                          : (v[v.size() / 2 - 1].*field + v[v.size() / 2].*field) / 2;
+    };
+    double p = median(plain, &Figures::submissions_per_s), t = median(secure, &Figures::submissions_per_s);
+    printf("TLS costs %.1f%% of durable submissions/s (medians of %d rounds: %.0f -> %.0f jobs/s); "
+           "start p50 %.0f -> %.0f ms\n",
+           100.0 * (1.0 - t / p), o.rounds, p, t, median(plain, &Figures::p50_ms),
+           median(secure, &Figures::p50_ms));
+  }
+  return ok ? 0 : 1;
 }

@@ -70,6 +70,7 @@ int RunJoinToken(OutputFormat format, const std::string& provider) {
     json out = {{"id", token->id}, {"token", token->token}};
     if (!provider.empty()) out["provider_id"] = token->provider_id;
     if (!token->provider_token.empty()) out["provider_token"] = token->provider_token;
+    if (!token->pins.empty()) out["pins"] = token->pins;
     PrintJson(out);
     return kExitOk;
   }
@@ -82,6 +83,12 @@ int RunJoinToken(OutputFormat format, const std::string& provider) {
   if (!provider.empty()) std::cerr << " for provider " << provider;
   std::cerr << ". On a GPU machine run:\n  tide agent --server " << ConnectionFromEnv(true).server
             << " --join-token " << token->token << "\n";
+  if (!token->pins.empty()) {
+    std::cerr << "The token carries the server's certificate pin";
+    if (token->pins.size() > 1) std::cerr << "s";
+    for (const auto& pin : token->pins) std::cerr << " " << pin;
+    std::cerr << ": the agent trusts this server's key and no other, with no CA.\n";
+  }
   std::cout << token->token << std::endl;
   return kExitOk;
 }

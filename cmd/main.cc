@@ -64,9 +64,14 @@ void AddServerCommand(CLI::App& app) {
       ->check(CLI::IsMember(kLogLevels));
   cmd->add_option("--port-file", opts->port_file, "Write the actual HOST:PORT here once listening");
   cmd->add_option("--tls-cert", opts->tls_cert,
-                  "Serve HTTPS with this certificate chain (PEM); reloaded on SIGHUP")
+                  "Serve HTTPS with this certificate chain (PEM); reloaded on SIGHUP or when "
+                  "the file is replaced")
       ->check(CLI::ExistingFile);
   cmd->add_option("--tls-key", opts->tls_key, "The certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-next-key", opts->tls_next_key,
+                  "The key (PEM) of the next certificate: its pin is announced to agents, so "
+                  "a rotation to it keeps them connected")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--tls-self-signed", opts->tls_self_signed,
                 "Serve HTTPS with a self-signed certificate kept in DATA_DIR/tls, even on "
@@ -228,7 +233,6 @@ int main(int argc, char** argv) {
          "Trust an https:// server by its key's pin (sha256:..., as tide server prints it; "
          "comma-separated for several) instead of a CA")
       ->envname("TIDE_PIN");
-  app.fallthrough();
   cli::AddUserCommands(app);
   cmd::AddServerCommand(app);
   cmd::AddAgentCommand(app);

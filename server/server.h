@@ -21,8 +21,10 @@ struct ServerOptions {
   // server speaks HTTPS. Without them, a server listening beyond loopback
   // makes a self-signed certificate in DATA_DIR/tls on first start (or
   // always, with tls_self_signed) and prints its pin; plain HTTP beyond
-  // loopback needs insecure_http.
-  std::string tls_cert, tls_key;
+  // loopback needs insecure_http. The next key's pin is announced to
+  // agents ahead of a rotation (a self-signed server keeps its own).
+  // SIGHUP or a replaced file reloads them.
+  std::string tls_cert, tls_key, tls_next_key;
   bool tls_self_signed = false;
   bool insecure_http = false;
 };

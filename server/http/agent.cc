@@ -38,6 +38,7 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
     if (!hb.ok()) return ErrorResponse(hb.status());
     auto work = core_->Heartbeat(node_id, *hb);
     if (!work.ok()) return ErrorResponse(work.status());
+    work->tls_pins = tls_pins();
     return JsonResponse(200, api::ToJson(*work));
   }
   if (seg.size() == 3 && seg[2] == "assignments" && req.method == "GET") {

@@ -1,9 +1,12 @@
 #include "server/http/api.h"
 
+#include "common/tls.h"
+
 #include <spdlog/spdlog.h>
 
 #include "api/types.h"
 #include "common/json_reader.h"
+#include "common/tls.h"
 
 namespace tide::server {
 
@@ -124,6 +127,8 @@ Response Api::Handle(const Request& req) {
   std::string auth = req.Header("authorization");
   std::string token;
   if (auth.rfind("Bearer ", 0) == 0) token = auth.substr(7);
+  // A join token as printed carries the server's pins after its secret.
+  if (auto join = tls::SplitJoinToken(token, "token"); join.ok()) token = join->secret;
   auto caller = core_->Authenticate(token);
   if (!caller.ok()) return ErrorResponse(caller.status());
 

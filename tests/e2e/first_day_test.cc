@@ -38,14 +38,14 @@ class FirstDayTest : public ::testing::Test {
 
 TEST_F(FirstDayTest, TheReadmesCurlExampleIsAccepted) {
   // curl -d sends application/x-www-form-urlencoded.
-  std::string out = Shell("curl -s -H 'Authorization: Bearer " + token_ + "' " + cluster_.url() +
+  std::string out = Shell(cluster_.curl() + " -H 'Authorization: Bearer " + token_ + "' " + cluster_.url() +
                           "/v1/jobs -d '{\"name\":\"hi\",\"image\":\"host\",\"command\":[\"true\"],"
                           "\"resources\":{\"gpu_type\":\"RTX4090\",\"gpu_count\":1}}'");
   json answer = json::parse(out, nullptr, false);
   ASSERT_TRUE(answer.is_object()) << out;
   EXPECT_EQ(answer.value("name", ""), "hi") << out;
   // A body that is not JSON is still refused, and says how it came.
-  std::string bad = Shell("curl -s -H 'Authorization: Bearer " + token_ + "' " + cluster_.url() +
+  std::string bad = Shell(cluster_.curl() + " -H 'Authorization: Bearer " + token_ + "' " + cluster_.url() +
                           "/v1/jobs -d 'name=hi'");
   EXPECT_NE(bad.find("must be JSON"), std::string::npos) << bad;
   EXPECT_NE(bad.find("x-www-form-urlencoded"), std::string::npos) << bad;

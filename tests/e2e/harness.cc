@@ -65,7 +65,13 @@ void Process::Start(const std::vector<std::string>& argv, const std::string& log
     dup2(fd, 2);
     int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
-    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    for (auto& [k, v] : env) {
+      if (v.empty()) {
+        unsetenv(k.c_str());
+      } else {
+        setenv(k.c_str(), v.c_str(), 1);
+      }
+    }
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -169,16 +175,17 @@ api::Job WaitTerminal(api::Client& client, const std::string& id,
   return last;
 }
 
-Cluster::Cluster(std::string node_timeout) : node_timeout_(std::move(node_timeout)) {
+Cluster::Cluster(std::string node_timeout, bool tls)
+    : node_timeout_(std::move(node_timeout)), tls_(tls) {
   dir_ = MakeTempDir("tide-e2e");
   // Sandboxed jobs run as uids of their own and must reach their directories
   // in the agents' data dirs below: enter, not list.
   ::chmod(dir_.c_str(), 0711);
   listen_ = "127.0.0.1:" + std::to_string(FreePort());
-  url_ = (Tls() ? "https://" : "http://") + listen_;
+  url_ = (tls_ ? "https://" : "http://") + listen_;
 }
 
-bool Cluster::Tls() {
+bool Cluster::TlsByDefault() {
   const char* v = getenv("TIDE_E2E_TLS");
   return v && std::string(v) == "1";
 }
@@ -202,30 +209,39 @@ void Cluster::StartServer(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {TIDE_BINARY,      "server",       "--listen",
                                    listen_,          "--data-dir",   dir_ + "/server",
                                    "--node-timeout", node_timeout_};
-  if (Tls()) argv.push_back("--tls-self-signed");
+  if (tls_) argv.push_back("--tls-self-signed");
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   server_->Start(argv, dir_ + "/server-" + std::to_string(server_starts_++) + ".log");
-  if (Tls()) {
+  if (tls_) {
     // Trust it by the pin of the key it made: every client of this process
     // and every CLI it starts reads TIDE_PIN; agents get it in the join token.
     std::string pin;
     Eventually(
         [&] {
-          auto info = tls::Inspect(ReadAll(dir_ + "/server/tls/cert.pem"));
-          if (info.ok()) pin = info->pin;
-          return info.ok();
+          pin = this->pin();
+          return !pin.empty();
         },
         std::chrono::seconds(20));
     if (pin.empty()) throw std::runtime_error("no TLS certificate: " + ReadAll(server_->log_path()));
     setenv("TIDE_PIN", pin.c_str(), 1);
+  } else {
+    unsetenv("TIDE_PIN");
   }
   auto probe = api::Client::Create(url_, "");
   bool up = Eventually([&] { return (*probe)->Health().ok(); }, std::chrono::seconds(20));
   if (!up) throw std::runtime_error("server did not start: " + ReadAll(server_->log_path()));
-  if (!admin_) {
-    std::string token = Trim(ReadAll(dir_ + "/server/admin.token"));
-    admin_ = std::move(api::Client::Create(url_, token)).value();
-  }
+  // Made again each start: a restarted TLS server may present a new key.
+  std::string token = Trim(ReadAll(dir_ + "/server/admin.token"));
+  admin_ = std::move(api::Client::Create(url_, token)).value();
+}
+
+std::string Cluster::pin() const {
+  auto info = tls::Inspect(ReadAll(dir_ + "/server/tls/cert.pem"));
+  return info.ok() ? info->pin : "";
+}
+
+std::string Cluster::curl() const {
+  return tls_ ? "curl -s --cacert " + dir_ + "/server/tls/cert.pem" : "curl -s";
 }
 
 std::string Cluster::admin_token() const { return Trim(ReadAll(dir_ + "/server/admin.token")); }
@@ -253,14 +269,18 @@ void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus,
     argv.insert(argv.end(), {"--runtime", "process", "--insecure-process-runtime"});
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  p->Start(argv, dir_ + "/agent-" + name + ".log");
+  // An agent trusts the server by the pins of its join token alone.
+  p->Start(argv, dir_ + "/agent-" + name + ".log", {{"TIDE_PIN", ""}});
+  Process* agent = p.get();
   agents_[name] = std::move(p);
-  bool listed = Eventually(
+  bool listed = false;
+  Eventually(
       [&] {
+        if (!agent->Running()) return true;  // it gave up: its log says why
         auto nodes = admin_->ListNodes();
         if (!nodes.ok()) return false;
         for (auto& n : *nodes) {
-          if (n.name == name && n.state == api::NodeState::kReady) return true;
+          if (n.name == name && n.state == api::NodeState::kReady) return listed = true;
         }
         return false;
       },

@@ -22,8 +22,8 @@ class Process {
   Process& operator=(const Process&) = delete;
   ~Process();
 
-  // Starts `argv` with extra environment variables; stdout and stderr go to
-  // `log_path`.
+  // Starts `argv` with extra environment variables (an empty value unsets
+  // one); stdout and stderr go to `log_path`.
   void Start(const std::vector<std::string>& argv, const std::string& log_path,
              const std::map<std::string, std::string>& env = {});
   void Signal(int sig);
@@ -48,7 +48,9 @@ struct CliResult {
 class Cluster {
  public:
   // node_timeout: how fast the server declares a silent agent lost.
-  explicit Cluster(std::string node_timeout = "3s");
+  // tls: the server speaks HTTPS with a self-signed certificate and every
+  // client trusts it by pin (by default with TIDE_E2E_TLS=1).
+  explicit Cluster(std::string node_timeout = "3s", bool tls = TlsByDefault());
   ~Cluster();
 
   // `extra_args` go to this start of `tide server` only.
@@ -77,9 +79,13 @@ class Cluster {
                                          const std::string& token, const std::string& out_path) const;
 
   const std::string& url() const { return url_; }
-  // TIDE_E2E_TLS=1: the server speaks HTTPS with a self-signed certificate
-  // and every client trusts it by pin.
-  static bool Tls();
+  // "curl -s", trusting the server's certificate when it speaks TLS.
+  std::string curl() const;
+  // TIDE_E2E_TLS=1: every cluster speaks TLS (one CI pass runs so).
+  static bool TlsByDefault();
+  bool tls() const { return tls_; }
+  // The server's current certificate pin (TLS only).
+  std::string pin() const;
   const std::string& dir() const { return dir_; }
 
  private:
@@ -92,6 +98,7 @@ class Cluster {
   std::map<std::string, std::unique_ptr<Process>> agents_;
   std::unique_ptr<api::Client> admin_;
   int server_starts_ = 0;
+  bool tls_ = false;
 };
 
 // Polls `cond` every 50 ms until it holds or `timeout` passes.
