@@ -194,8 +194,10 @@ Result<NewToken> Client::CreateUser(const std::string& name) {
   return NewToken{j->value("id", ""), j->value("token", "")};
 }
 
-Result<NewJoinToken> Client::CreateJoinToken(const std::string& provider, bool create_provider) {
+Result<NewJoinToken> Client::CreateJoinToken(const std::string& provider, bool create_provider,
+                                             const std::string& expires) {
   json body = json::object();
+  if (!expires.empty()) body["expires"] = expires;
   if (!provider.empty()) body["provider"] = provider;
   if (create_provider) body["create_provider"] = true;
   auto j = Call("POST", "/v1/admin/join-tokens", body);

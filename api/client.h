@@ -100,8 +100,10 @@ class Client {
   Result<NewToken> CreateUser(const std::string& name);
   // Agents joining with it belong to `provider` (a user name or id). With
   // `create_provider`, a provider name that is no user yet becomes one.
+  // `expires`: a duration ("24h", "7d") or "never"; "" = the server's default (a day).
   Result<NewJoinToken> CreateJoinToken(const std::string& provider = "",
-                                       bool create_provider = false);
+                                       bool create_provider = false,
+                                       const std::string& expires = "");
 
   // --- agent (token: join token for Register, node token afterwards) ---
   Result<json> Register(const RegisterRequest& req);

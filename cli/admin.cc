@@ -2,12 +2,13 @@
 // (TIDE_ADMIN_TOKEN, TIDE_TOKEN, or ./.tide/server/admin.token).
 //
 //   tide admin user add NAME   creates a user and prints its API token
-//   tide admin join-token [--provider USER]
+//   tide admin join-token [--provider USER] [--expires 24h]
 //                              creates a join token for `tide agent` and
 //                              prints the command to paste; the provider
 //                              earns what its nodes' jobs pay, and is
 //                              created (its token printed) if no such user
 //                              exists
+//   tide admin join-token ls | revoke ID   the tokens that still work; revoke one
 //   tide admin prices set MODEL=CREDITS ... [--spot-discount F] [--fee F]
 //   tide admin prices show     the price list (credits per GPU-hour)
 //   tide admin cards mint --count N --value V [--expires DATE]
@@ -19,6 +20,7 @@
 //   tide admin node drain NODE [--evict]  the node takes no new jobs (with --evict its
 //                                 running jobs are stopped and resume elsewhere)
 //   tide admin node undrain NODE  it takes new jobs again
+//   tide admin node revoke NODE   its credentials stop working; its jobs run elsewhere
 //
 // Secrets go alone on stdout (so `TOKEN=$(tide admin user add ada)` works);
 // what was created is said on stderr. -o json prints {"id", "token", ...}.
@@ -61,10 +63,10 @@ int RunUserAdd(const UserAddOptions& opts) {
   return kExitOk;
 }
 
-int RunJoinToken(OutputFormat format, const std::string& provider) {
+int RunJoinToken(OutputFormat format, const std::string& provider, const std::string& expires) {
   auto client = NewClient(/*admin=*/true);
   if (!client.ok()) return PrintError(client.status());
-  auto token = (*client)->CreateJoinToken(provider, /*create_provider=*/!provider.empty());
+  auto token = (*client)->CreateJoinToken(provider, /*create_provider=*/!provider.empty(), expires);
   if (!token.ok()) return PrintAdminError(token.status());
   if (format == OutputFormat::kJson) {
     json out = {{"id", token->id}, {"token", token->token}};
@@ -90,6 +92,50 @@ int RunJoinToken(OutputFormat format, const std::string& provider) {
     std::cerr << ": the agent trusts this server's key and no other, with no CA.\n";
   }
   std::cout << token->token << std::endl;
+  return kExitOk;
+}
+
+int RunJoinTokenList(OutputFormat format) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/join-tokens");
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  json tokens = answer->value("join_tokens", json::array());
+  if (format == OutputFormat::kJson) {
+    PrintJson(tokens);
+    return kExitOk;
+  }
+  int64_t now = NowMs();
+  Table table({"ID", "PROVIDER", "CREATED", "LAST USED", "EXPIRES"});
+  for (const auto& t : tokens) {
+    int64_t used = JsonInt(t, "last_used_at"), expires = JsonInt(t, "expires_at");
+    std::string provider = JsonString(t, "provider_id");
+    table.AddRow({JsonString(t, "id"), provider.empty() ? "(operator)" : provider,
+                  FormatAge(now, JsonInt(t, "created_at")) + " ago",
+                  used > 0 ? FormatAge(now, used) + " ago" : "never",
+                  expires == 0 ? "never" : "in " + FormatAge(expires, now)});
+  }
+  std::cout << table.ToString();
+  return kExitOk;
+}
+
+int RunJoinTokenRevoke(const std::string& id) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("DELETE", "/v1/admin/join-tokens/" + id);
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "Join token " << id << " revoked: no agent joins with it (agents that joined keep "
+            << "their own credentials; tide admin node revoke NODE stops one).\n";
+  return kExitOk;
+}
+
+int RunNodeRevoke(const std::string& node) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("POST", "/v1/admin/nodes/" + node + "/revoke");
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "Node " << JsonString(*answer, "name") << " (" << JsonString(*answer, "id")
+            << ") revoked: its token no longer works, and its jobs run elsewhere (node_revoked).\n";
   return kExitOk;
 }
 
@@ -298,16 +344,31 @@ void AddAdminCommands(CLI::App& app) {
 
   auto join_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
   auto provider = std::make_shared<std::string>();
-  CLI::App* join = admin->add_subcommand("join-token", "Create a join token for a new agent");
+  auto expires = std::make_shared<std::string>("24h");
+  CLI::App* join = admin->add_subcommand(
+      "join-token", "Create a join token for a new agent (ls, revoke: the ones not expired)");
   join->add_option("--provider", *provider,
                    "User who owns the agents that join with it and earns what they run "
                    "(created if no such user exists)");
+  join->add_option("--expires", *expires, "How long it may be used to join, e.g. 24h, 7d, or never")
+      ->capture_default_str();
   AddOutputFlag(join, join_format.get());
-  SetAction(join, [join_format, provider] { return RunJoinToken(*join_format, *provider); });
+  SetAction(join, [join_format, provider, expires] {
+    return RunJoinToken(*join_format, *provider, *expires);
+  });
+  auto jls_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* jls = join->add_subcommand("ls", "List the join tokens that still work");
+  AddOutputFlag(jls, jls_format.get());
+  SetAction(jls, [jls_format] { return RunJoinTokenList(*jls_format); });
+  auto jrevoke_id = std::make_shared<std::string>();
+  CLI::App* jrevoke = join->add_subcommand("revoke", "Revoke a join token: no agent joins with it");
+  jrevoke->add_option("id", *jrevoke_id, "Its id (jt-…, as tide admin join-token ls shows)")
+      ->required();
+  SetAction(jrevoke, [jrevoke_id] { return RunJoinTokenRevoke(*jrevoke_id); });
 
   AddAdminMoneyCommands(admin, user);
 
-  CLI::App* node = admin->add_subcommand("node", "Drain or reopen a node");
+  CLI::App* node = admin->add_subcommand("node", "Drain, reopen or revoke a node");
   node->require_subcommand(1);
   for (bool drain : {true, false}) {
     auto name = std::make_shared<std::string>();
@@ -322,6 +383,11 @@ void AddAdminCommands(CLI::App& app) {
     }
     SetAction(c, [name, drain, evict] { return RunDrain(*name, drain, *evict); });
   }
+  auto revoked = std::make_shared<std::string>();
+  CLI::App* revoke = node->add_subcommand(
+      "revoke", "Revoke a node's credentials: nothing it sends is accepted, its jobs run elsewhere");
+  revoke->add_option("node", *revoked, "Node name or id")->required();
+  SetAction(revoke, [revoked] { return RunNodeRevoke(*revoked); });
 }
 
 }  // namespace tide::cli

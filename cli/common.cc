@@ -57,6 +57,7 @@ void AddUserCommands(CLI::App& app) {
   AddBatchCommands(app);
   AddSbatchCommand(app);
   AddTopCommand(app);
+  AddTokenCommands(app);
 }
 
 std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,

@@ -60,6 +60,7 @@ void AddMetricsCommand(CLI::App& app);
 void AddBatchCommands(CLI::App& app);
 void AddSbatchCommand(CLI::App& app);
 void AddTopCommand(CLI::App& app);
+void AddTokenCommands(CLI::App& app);
 
 // A JSON amount of credits (a number) as text with up to six decimals; "-"
 // if absent.

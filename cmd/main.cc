@@ -245,7 +245,8 @@ int main(int argc, char** argv) {
   cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
                    "outputs"},
              "Run jobs (users)");
-  cmd::Group(app, {"redeem", "balance", "usage", "estimate"}, "Credit and cost (users)");
+  cmd::Group(app, {"redeem", "balance", "usage", "estimate", "token"},
+             "Credit, cost and tokens (users)");
   cmd::Group(app, {"queue", "nodes", "top"}, "Look at the cluster (everyone)");
   cmd::Group(app, {"agent", "provider"}, "Lend GPUs (providers)");
   cmd::Group(app, {"server", "admin", "sim"}, "Operate (operators; admin needs the admin token)");

@@ -62,7 +62,7 @@ Status Core::Recover() {
     users_[row.id] = UserInfo{row.id, row.name, row.created_at};
     user_names_[row.name] = row.id;
   }
-  for (auto& row : contents->tokens) tokens_[row.hash] = row;
+  tokens_.Load(contents->tokens);
   for (auto& row : contents->idempotency) idempotency_[{row.owner, row.key}] = row.job_id;
   // Rows first, then what is derived from them; leases on nodes the store
   // does not hold are repaired last, through the same transitions as ever.
@@ -80,13 +80,11 @@ Result<std::string> Core::EnsureAdminToken() {
   std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
-    for (auto& [hash, row] : tokens_) {
-      if (row.kind == "admin") return Status::Ok();
-    }
-    token = NewToken("tide_a_");
-    store::TokenRow row{Sha256Hex(token), "admin", "admin", clock_->NowMs()};
-    tokens_[row.hash] = row;
-    batch.tokens.push_back(row);
+    if (tokens_.Any("admin")) return Status::Ok();
+    store::TokenRow row;
+    row.kind = "admin";
+    row.subject = "admin";
+    token = tokens_.Issue("tide_a_", row, clock_->NowMs(), batch);
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -223,6 +221,7 @@ void Core::Loop() {
       if (clock_->MonotonicMs() >= next_tick) {
         Tick();
         if (jobs_.Flush(batch).changed > 0) planner_.NeedFullPass();
+        tokens_.FlushUsed(batch);  // last use, about once a minute per token
         next_tick = clock_->MonotonicMs() + options_.tick_ms;
       }
       if (planner_.PassDue()) planner_.Pass();

@@ -49,6 +49,7 @@
 #include "server/plan_applier.h"
 #include "server/reconciler.h"
 #include "server/telemetry.h"
+#include "server/tokens.h"
 #include "store/store.h"
 
 namespace tide::server {
@@ -57,8 +58,12 @@ enum class Scope : uint8_t { kAdmin, kUser, kJoin, kNode };
 
 // Who is calling, from the bearer token.
 struct Caller {
+  Caller() = default;
+  Caller(Scope s, std::string who) : scope(s), subject(std::move(who)) {}
   Scope scope = Scope::kUser;
   std::string subject;  // user id, node id; "admin" for the admin token
+  Access access = Access::kFull;  // of a user token: what its scope allows
+  std::string token_id;           // "ut-…": the token that called
 };
 
 struct CoreOptions {
@@ -213,8 +218,28 @@ class Core : private JobState::Listener {
 
   // --- admin ---
   Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
-  // Agents joining with it belong to `provider` (a user id; "" = the operator).
-  Result<std::string> CreateJoinToken(const std::string& provider = "");
+  // Agents joining with it belong to `provider` (a user id; "" = the
+  // operator). It expires at `expires_at` (unix ms; 0 = never).
+  Result<std::string> CreateJoinToken(const std::string& provider = "", int64_t expires_at = 0);
+  std::vector<TokenInfo> ListJoinTokens() const;
+  Status RevokeJoinToken(const std::string& id);
+  // Revokes a node's credentials: its token stops working at once, it is
+  // lost, and its jobs are requeued (node_revoked).
+  Result<api::Node> RevokeNode(const std::string& id_or_name);
+
+  // --- a user's own tokens (docs/security.md, "Tokens") ---
+  // A new token of the caller's user; the secret is returned once.
+  Result<std::pair<TokenInfo, std::string>> CreateToken(const Caller& caller,
+                                                        const std::string& name,
+                                                        const std::string& scope,
+                                                        int64_t expires_at);
+  std::vector<TokenInfo> ListTokens(const Caller& caller) const;
+  Status RevokeToken(const Caller& caller, const std::string& name_or_id);
+  // A new token with the same name and scope; the old one keeps working
+  // for `grace_ms` (0: revoked now).
+  Result<std::pair<TokenInfo, std::string>> RotateToken(const Caller& caller,
+                                                        const std::string& name_or_id,
+                                                        int64_t grace_ms);
   // A user id for a user's id or name; NotFound otherwise.
   Result<std::string> FindUser(const std::string& id_or_name) const;
   // A draining node takes no new jobs. It keeps its running ones, unless
@@ -302,7 +327,7 @@ class Core : private JobState::Listener {
   Reconciler reconciler_ TIDE_GUARDED_BY(state_mu_);
   std::map<std::string, UserInfo> users_ TIDE_GUARDED_BY(state_mu_);          // by id
   std::map<std::string, std::string> user_names_ TIDE_GUARDED_BY(state_mu_);  // name -> id
-  std::unordered_map<std::string, store::TokenRow> tokens_ TIDE_GUARDED_BY(state_mu_);  // by hash
+  Tokens tokens_ TIDE_GUARDED_BY(state_mu_);
   std::map<std::pair<std::string, std::string>, std::string> idempotency_ TIDE_GUARDED_BY(state_mu_);
   int64_t last_meter_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
 

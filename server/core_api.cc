@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -31,17 +32,33 @@ Status NoCode(const std::string& field) {
 Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   if (bearer_token.empty()) return Status::Unauthenticated("missing bearer token");
   std::string hash = Sha256Hex(bearer_token);
+  const int64_t now = clock_->NowMs();
   ReaderLock lock(state_mu_);
-  auto it = tokens_.find(hash);
-  if (it == tokens_.end() || !ConstantTimeEquals(it->second.hash, hash)) {
+  auto row = tokens_.Check(hash, now);
+  if (!row.ok()) return row.status();
+  tokens_.Used(hash, now);
+  const store::TokenRow& r = **row;
+  Caller caller;
+  caller.token_id = tokens_.Info(r).id;
+  if (r.kind == "admin") {
+    caller.scope = Scope::kAdmin;
+    caller.subject = "admin";
+  } else if (r.kind == "user") {
+    auto access = ParseAccess(r.scope, "scope");
+    if (!access.ok()) return Status::Unauthenticated("invalid token");
+    caller.scope = Scope::kUser;
+    caller.subject = r.subject;
+    caller.access = *access;
+  } else if (r.kind == "join") {
+    caller.scope = Scope::kJoin;
+    caller.subject = r.subject;  // the provider
+  } else if (r.kind == "node") {
+    caller.scope = Scope::kNode;
+    caller.subject = r.subject;
+  } else {
     return Status::Unauthenticated("invalid token");
   }
-  const auto& row = it->second;
-  if (row.kind == "admin") return Caller{Scope::kAdmin, "admin"};
-  if (row.kind == "user") return Caller{Scope::kUser, row.subject};
-  if (row.kind == "join") return Caller{Scope::kJoin, row.subject};  // the provider
-  if (row.kind == "node") return Caller{Scope::kNode, row.subject};
-  return Status::Unauthenticated("invalid token");
+  return caller;
 }
 
 bool Core::Visible(const Caller& caller, const Job& job) const {
@@ -69,17 +86,18 @@ void Core::Remember(const Caller& caller, const std::string& key, const std::str
 
 Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& name) {
   UserInfo user;
-  std::string token = NewToken("tide_u_");
+  std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (user_names_.count(name)) return Status::Conflict("user \"" + name + "\" already exists");
     user = UserInfo{NewId("u-"), name, clock_->NowMs()};
     users_[user.id] = user;
     user_names_[name] = user.id;
-    store::TokenRow row{Sha256Hex(token), "user", user.id, user.created_at};
-    tokens_[row.hash] = row;
+    store::TokenRow row;
+    row.kind = "user";
+    row.subject = user.id;
+    token = tokens_.Issue("tide_u_", row, user.created_at, batch);
     batch.users.push_back({user.id, user.name, user.created_at});
-    batch.tokens.push_back(row);
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -94,18 +112,166 @@ Result<std::string> Core::FindUser(const std::string& id_or_name) const {
   return Status::NotFound("no user " + id_or_name);
 }
 
-Result<std::string> Core::CreateJoinToken(const std::string& provider) {
-  std::string token = NewToken("tide_j_");
+Result<std::string> Core::CreateJoinToken(const std::string& provider, int64_t expires_at) {
+  std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!provider.empty() && !users_.count(provider)) return Status::NotFound("no user " + provider);
-    store::TokenRow row{Sha256Hex(token), "join", provider, clock_->NowMs()};
-    tokens_[row.hash] = row;
-    batch.tokens.push_back(row);
+    store::TokenRow row;
+    row.kind = "join";
+    row.subject = provider;
+    row.expires_at = expires_at;
+    token = tokens_.Issue("tide_j_", row, clock_->NowMs(), batch);
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return token;
+}
+
+std::vector<TokenInfo> Core::ListJoinTokens() const {
+  ReaderLock lock(state_mu_);
+  return tokens_.List("join", nullptr, clock_->NowMs());
+}
+
+Status Core::RevokeJoinToken(const std::string& id) {
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    const store::TokenRow* row = tokens_.Find("join", nullptr, id);
+    if (row == nullptr) return Status::NotFound("no join token " + id);
+    tokens_.Revoke(row->hash, batch);
+    return Status::Ok();
+  });
+}
+
+Result<api::Node> Core::RevokeNode(const std::string& id_or_name) {
+  api::Node out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    auto node = reconciler_.Revoke(id_or_name);
+    if (!node.ok()) return node.status();
+    tokens_.RevokeAll("node", node->id, batch);
+    out = *node;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+// ------------------------------------------------------------------ tokens
+
+namespace {
+
+// Names: 1-64 of [a-z0-9._-], starting with a letter or digit ("main" is
+// the user's first token).
+Status CheckTokenName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && std::isalnum(static_cast<unsigned char>(name[0]));
+  for (char c : name) {
+    ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+                c == '.' || c == '_' || c == '-');
+  }
+  if (!ok) {
+    return Status::InvalidArgument(
+        "token name \"" + name + "\" must be 1-64 of a-z, 0-9, '.', '_' and '-', starting with a "
+        "letter or digit",
+        "name");
+  }
+  return Status::Ok();
+}
+
+// Only a token of full scope manages tokens: a narrower one must not mint
+// a wider one, nor revoke its owner's others.
+Status MayManageTokens(const Caller& caller) {
+  if (caller.scope != Scope::kUser) return Status::PermissionDenied("tokens belong to users");
+  if (caller.access != Access::kFull) {
+    return Status::PermissionDenied(std::string("a token of scope ") + AccessName(caller.access) +
+                                    " cannot manage tokens: use one of scope full");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::pair<TokenInfo, std::string>> Core::CreateToken(const Caller& caller,
+                                                            const std::string& name,
+                                                            const std::string& scope,
+                                                            int64_t expires_at) {
+  TIDE_RETURN_IF_ERROR(MayManageTokens(caller));
+  TIDE_RETURN_IF_ERROR(CheckTokenName(name));
+  auto access = ParseAccess(scope, "scope");
+  if (!access.ok()) return access.status();
+  const int64_t now = clock_->NowMs();
+  if (expires_at != 0 && expires_at <= now) {
+    return Status::InvalidArgument("expires must be in the future", "expires");
+  }
+  std::pair<TokenInfo, std::string> out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    if (tokens_.Find("user", &caller.subject, name) != nullptr) {
+      return Status::Conflict("you already have a token named " + name +
+                              " (tide token ls; revoke it or choose another name)");
+    }
+    store::TokenRow row;
+    row.kind = "user";
+    row.subject = caller.subject;
+    row.name = name;
+    row.scope = *access == Access::kFull ? "" : AccessName(*access);
+    row.expires_at = expires_at;
+    out.second = tokens_.Issue("tide_u_", row, now, batch);
+    out.first = tokens_.Info(*tokens_.Check(Sha256Hex(out.second), now).value());
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+std::vector<TokenInfo> Core::ListTokens(const Caller& caller) const {
+  ReaderLock lock(state_mu_);
+  return tokens_.List("user", &caller.subject, clock_->NowMs());
+}
+
+Status Core::RevokeToken(const Caller& caller, const std::string& name_or_id) {
+  TIDE_RETURN_IF_ERROR(MayManageTokens(caller));
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    const store::TokenRow* row = tokens_.Find("user", &caller.subject, name_or_id);
+    if (row == nullptr) return Status::NotFound("no token " + name_or_id + " (tide token ls)");
+    tokens_.Revoke(row->hash, batch);
+    return Status::Ok();
+  });
+}
+
+Result<std::pair<TokenInfo, std::string>> Core::RotateToken(const Caller& caller,
+                                                            const std::string& name_or_id,
+                                                            int64_t grace_ms) {
+  TIDE_RETURN_IF_ERROR(MayManageTokens(caller));
+  if (grace_ms < 0) return Status::InvalidArgument("grace must not be negative", "grace");
+  const int64_t now = clock_->NowMs();
+  std::pair<TokenInfo, std::string> out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    const store::TokenRow* old = tokens_.Find("user", &caller.subject, name_or_id);
+    if (old == nullptr || (old->expires_at != 0 && old->expires_at <= now)) {
+      return Status::NotFound("no token " + name_or_id + " (tide token ls)");
+    }
+    store::TokenRow fresh = *old;
+    std::string old_hash = old->hash;
+    // The old one is renamed so that the name passes to the new one; it
+    // lives out its grace under "NAME~old".
+    store::TokenRow renamed = *old;
+    renamed.name = (old->name.empty() ? "main" : old->name) + "~old";
+    while (tokens_.Find("user", &caller.subject, renamed.name) != nullptr) renamed.name += "~";
+    out.second = tokens_.Issue("tide_u_", fresh, now, batch);
+    tokens_.Rename(old_hash, renamed.name, batch);
+    if (grace_ms == 0) {
+      tokens_.Revoke(old_hash, batch);
+    } else {
+      tokens_.ExpireAt(old_hash, now + grace_ms, batch);
+    }
+    out.first = tokens_.Info(*tokens_.Check(Sha256Hex(out.second), now).value());
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
 }
 
 // ------------------------------------------------------------------ jobs
@@ -319,10 +485,10 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
       NodeEntry& fresh = jobs_.nodes()[node_id];
       fresh.node.id = node_id;
       fresh.node.owner = caller.subject;
-      token = NewToken("tide_n_");
-      store::TokenRow row{Sha256Hex(token), "node", node_id, clock_->NowMs()};
-      tokens_[row.hash] = row;
-      batch.tokens.push_back(row);
+      store::TokenRow row;
+      row.kind = "node";
+      row.subject = node_id;
+      token = tokens_.Issue("tide_n_", row, clock_->NowMs(), batch);
     }
     NodeEntry* n = jobs_.FindNode(node_id);
     if (n == nullptr) return Status::NotFound("node " + node_id + " is unknown");

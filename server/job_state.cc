@@ -83,7 +83,8 @@ bool IsOwnFailure(const std::string& reason) {
 }
 
 bool IsNodeFault(const std::string& reason) {
-  return reason == "node_lost" || reason == "lost_by_agent" || reason == "start_failed";
+  return reason == "node_lost" || reason == "node_revoked" || reason == "lost_by_agent" ||
+         reason == "start_failed";
 }
 
 // ------------------------------------------------------------------ loading

@@ -213,4 +213,20 @@ Result<api::Node> Reconciler::Drain(const std::string& id_or_name, bool draining
   return Status::NotFound("no node " + id_or_name);
 }
 
+Result<api::Node> Reconciler::Revoke(const std::string& id_or_name) {
+  for (auto& [id, n] : jobs_->nodes()) {
+    if (id != id_or_name && n.node.name != id_or_name) continue;
+    spdlog::warn("node {} ({}) revoked: requeueing {} jobs", n.node.name, id, n.leases.size());
+    n.node.state = api::NodeState::kLost;
+    jobs_->TouchNode(n);
+    std::vector<std::string> leased;
+    for (const auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
+    for (const auto& job_id : leased) {
+      if (JobEntry* e = jobs_->Find(job_id)) jobs_->LosePart(*e, id, "node_revoked");
+    }
+    return n.node;
+  }
+  return Status::NotFound("no node " + id_or_name);
+}
+
 }  // namespace tide::server

@@ -53,6 +53,10 @@ class Reconciler {
   // Draining: the node takes no new jobs; with `evict` its jobs get the
   // notice (node_draining) and are requeued.
   Result<api::Node> Drain(const std::string& id_or_name, bool draining, bool evict);
+  // The operator revoked the node's credentials: it is lost at once and
+  // its jobs return to the queue (reason node_revoked) to run elsewhere;
+  // nothing it reports is accepted again.
+  Result<api::Node> Revoke(const std::string& id_or_name);
 
  private:
   // Whether the lease of `node_id` holds `attempt` of the job.

@@ -173,6 +173,14 @@ TEST(StoreFixture, AStoreWrittenByAnEarlierServerRecovers) {
     auto alice = core.FindUser("alice");
     ASSERT_TRUE(alice.ok());
     Caller a{Scope::kUser, *alice};
+    // Tokens of version 3 had no name, scope or expiry: each user's is its
+    // main token, of full scope, and never expires.
+    auto tokens = core.ListTokens(a);
+    ASSERT_EQ(tokens.size(), 1u);
+    EXPECT_EQ(tokens[0].name, "main");
+    EXPECT_EQ(tokens[0].scope, "full");
+    EXPECT_EQ(tokens[0].expires_at, 0);
+    EXPECT_FALSE(core.ListJoinTokens().empty());
     auto [jobs, next] = core.ListJobs(a, "", "", 1000, "");
     std::map<std::string, api::Job> by_name;
     for (const auto& j : jobs) by_name[j.spec.name] = j;

@@ -82,6 +82,12 @@ CREATE TABLE batches(
 );
 CREATE INDEX batches_owner_created_at ON batches(owner, created_at);
 )sql"},
+    {4, "named tokens with scopes, expiry and last use", R"sql(
+ALTER TABLE tokens ADD COLUMN name TEXT NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tokens ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 struct StmtDeleter {

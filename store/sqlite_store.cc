@@ -134,9 +134,11 @@ constexpr const char* kSql[kNumStmts] = {
     "ON CONFLICT(id) DO UPDATE SET name = excluded.name, doc = excluded.doc",
     "INSERT INTO users(id, name, created_at) VALUES(?1, ?2, ?3) "
     "ON CONFLICT(id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at",
-    "INSERT INTO tokens(hash, kind, subject, created_at) VALUES(?1, ?2, ?3, ?4) "
+    "INSERT INTO tokens(hash, kind, subject, created_at, name, scope, expires_at, last_used_at) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
     "ON CONFLICT(hash) DO UPDATE SET kind = excluded.kind, subject = excluded.subject, "
-    "created_at = excluded.created_at",
+    "created_at = excluded.created_at, name = excluded.name, scope = excluded.scope, "
+    "expires_at = excluded.expires_at, last_used_at = excluded.last_used_at",
     "DELETE FROM tokens WHERE hash = ?1",
     "INSERT INTO idempotency(owner, key, job_id) VALUES(?1, ?2, ?3) "
     "ON CONFLICT(owner, key) DO UPDATE SET job_id = excluded.job_id",
@@ -150,7 +152,8 @@ constexpr const char* kSql[kNumStmts] = {
     "SELECT id, owner, status, created_at, doc FROM jobs ORDER BY created_at, id",
     "SELECT id, name, doc FROM nodes ORDER BY id",
     "SELECT id, name, created_at FROM users ORDER BY id",
-    "SELECT hash, kind, subject, created_at FROM tokens ORDER BY hash",
+    "SELECT hash, kind, subject, created_at, name, scope, expires_at, last_used_at FROM tokens "
+    "ORDER BY hash",
     "SELECT owner, key, job_id FROM idempotency ORDER BY owner, key",
     "SELECT seq, at, kind, job_id, doc FROM ledger ORDER BY seq",
     "SELECT hash, doc FROM cards ORDER BY hash",
@@ -230,7 +233,8 @@ class SqliteStore final : public Store {
     // Token hashes stay out of error messages.
     for (const TokenRow& t : batch.tokens) {
       TIDE_RETURN_IF_ERROR(
-          Run(kUpsertToken, "store write: tokens row", t.hash, t.kind, t.subject, t.created_at));
+          Run(kUpsertToken, "store write: tokens row", t.hash, t.kind, t.subject, t.created_at,
+              t.name, t.scope, t.expires_at, t.last_used_at));
     }
     // After the inserts: a token created and deleted within one batch is gone.
     for (const std::string& hash : batch.delete_tokens) {
@@ -286,8 +290,10 @@ class SqliteStore final : public Store {
       return UserRow{ColumnText(s, 0), ColumnText(s, 1), sqlite3_column_int64(s, 2)};
     }));
     TIDE_RETURN_IF_ERROR(Select(kSelectTokens, "tokens", c.tokens, [](sqlite3_stmt* s) {
-      return TokenRow{ColumnText(s, 0), ColumnText(s, 1), ColumnText(s, 2),
-                      sqlite3_column_int64(s, 3)};
+      return TokenRow{ColumnText(s, 0),           ColumnText(s, 1),
+                      ColumnText(s, 2),           sqlite3_column_int64(s, 3),
+                      ColumnText(s, 4),           ColumnText(s, 5),
+                      sqlite3_column_int64(s, 6), sqlite3_column_int64(s, 7)};
     }));
     TIDE_RETURN_IF_ERROR(
         Select(kSelectIdempotency, "idempotency", c.idempotency, [](sqlite3_stmt* s) {

@@ -45,6 +45,12 @@ struct TokenRow {
   std::string kind;     // "admin", "user", "join", "node"
   std::string subject;  // user id, node id, or "" for admin and join tokens
   int64_t created_at = 0;
+  // What its owner calls it: unique among a user's tokens; "" for the
+  // token a user was created with (shown as "main").
+  std::string name;
+  std::string scope;        // user tokens: "read", "submit", "" = everything the user may
+  int64_t expires_at = 0;   // unix ms; 0 = never
+  int64_t last_used_at = 0; // unix ms, stored within a minute or so; 0 = never used
 };
 
 // A client's Idempotency-Key and the job it created.

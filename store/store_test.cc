@@ -33,9 +33,25 @@ bool operator==(const NodeRow& a, const NodeRow& b) {
 bool operator==(const UserRow& a, const UserRow& b) {
   return std::tie(a.id, a.name, a.created_at) == std::tie(b.id, b.name, b.created_at);
 }
+TokenRow Token(std::string hash, std::string kind, std::string subject, int64_t created_at,
+               std::string name = "", std::string scope = "", int64_t expires_at = 0,
+               int64_t last_used_at = 0) {
+  TokenRow t;
+  t.hash = std::move(hash);
+  t.kind = std::move(kind);
+  t.subject = std::move(subject);
+  t.created_at = created_at;
+  t.name = std::move(name);
+  t.scope = std::move(scope);
+  t.expires_at = expires_at;
+  t.last_used_at = last_used_at;
+  return t;
+}
+
 bool operator==(const TokenRow& a, const TokenRow& b) {
-  return std::tie(a.hash, a.kind, a.subject, a.created_at) ==
-         std::tie(b.hash, b.kind, b.subject, b.created_at);
+  return std::tie(a.hash, a.kind, a.subject, a.created_at, a.name, a.scope, a.expires_at,
+                  a.last_used_at) == std::tie(b.hash, b.kind, b.subject, b.created_at, b.name,
+                                              b.scope, b.expires_at, b.last_used_at);
 }
 bool operator==(const IdempotencyRow& a, const IdempotencyRow& b) {
   return std::tie(a.owner, a.key, a.job_id) == std::tie(b.owner, b.key, b.job_id);
@@ -65,7 +81,7 @@ void PrintTo(const UserRow& r, std::ostream* os) {
 }
 void PrintTo(const TokenRow& r, std::ostream* os) {
   *os << "TokenRow{" << r.hash << ", " << r.kind << ", " << r.subject << ", " << r.created_at
-      << "}";
+      << ", " << r.name << ", " << r.scope << ", " << r.expires_at << ", " << r.last_used_at << "}";
 }
 void PrintTo(const IdempotencyRow& r, std::ostream* os) {
   *os << "IdempotencyRow{" << r.owner << ", " << r.key << ", " << r.job_id << "}";
@@ -183,7 +199,7 @@ WriteBatch OneOfEach() {
   b.jobs = {Job("j-1", 100)};
   b.nodes = {{"n-1", "gpu-box-1", R"({"gpus":8})"}};
   b.users = {{"u-1", "alice", 10}};
-  b.tokens = {{"aa11", "user", "u-1", 11}, {"bb22", "admin", "", 12}};
+  b.tokens = {Token("aa11", "user", "u-1", 11, "ci", "submit", 99'000, 42), Token("bb22", "admin", "", 12)};
   b.idempotency = {{"u-1", "key-1", "j-1"}};
   b.ledger = {{1, 20, "redeem", "", R"({"seq":1})"}, {2, 21, "hold", "j-1", R"({"seq":2})"}};
   b.cards = {{"cc33", R"({"value":5})"}};
@@ -235,7 +251,7 @@ TEST_P(StoreTest, ReplacesRowsByKey) {
   b.jobs = {Job("j-1", 100, "running")};
   b.nodes = {{"n-1", "gpu-box-1", R"({"gpus":4})"}};
   b.users = {{"u-1", "alice2", 10}};
-  b.tokens = {{"aa11", "user", "u-2", 13}};
+  b.tokens = {Token("aa11", "user", "u-2", 13)};
   b.idempotency = {{"u-1", "key-1", "j-2"}};
   Write(b);
 
@@ -283,7 +299,7 @@ TEST_P(StoreTest, DeletesTokens) {
   // Deletes apply after inserts: a join token created and used in one
   // group commit is gone.
   WriteBatch join;
-  join.tokens = {{"cc33", "join", "", 20}};
+  join.tokens = {Token("cc33", "join", "", 20)};
   join.delete_tokens = {"cc33"};
   Write(join);
   EXPECT_EQ(Load().tokens.size(), 1u);
@@ -318,7 +334,7 @@ TEST_P(StoreTest, FailedBatchLeavesNothingBehind) {
   bad.jobs = {Job("j-1", 1), Job("j-2", 2)};
   bad.nodes = {{"n-1", "box", "{}"}};
   bad.users = {{"u-3", "carol", 3}, {"u-2", "alice", 2}};  // alice belongs to u-1
-  bad.tokens = {{"aa11", "user", "u-2", 2}};
+  bad.tokens = {Token("aa11", "user", "u-2", 2)};
   bad.idempotency = {{"u-2", "k", "j-1"}};
   Status st = store_->Write(bad);
   ASSERT_FALSE(st.ok());
@@ -377,12 +393,12 @@ TEST_P(StoreTest, ConcurrentWritersAllLand) {
 }
 
 TEST_P(StoreTest, SchemaVersionIsLatest) {
-  EXPECT_EQ(internal::LatestSchemaVersion(), 3);
-  EXPECT_EQ(store_->SchemaVersion(), 3);
+  EXPECT_EQ(internal::LatestSchemaVersion(), 4);
+  EXPECT_EQ(store_->SchemaVersion(), 4);
   if (!durable()) return;
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "3");
-  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "3");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "4");
+  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "4");
   EXPECT_EQ(db.Query("PRAGMA journal_mode"), "wal");
   for (const char* table :
        {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings",
@@ -426,9 +442,10 @@ TEST_P(StoreTest, ReopenDoesNotReapplyMigrations) {
   }
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->SchemaVersion(), 3);
+  const int latest = internal::LatestSchemaVersion();
+  EXPECT_EQ(store_->SchemaVersion(), latest);
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "3");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), std::to_string(latest));
   EXPECT_EQ(db.Query("SELECT applied_at FROM schema_migrations WHERE version = 1"), "42");
 }
 
@@ -474,7 +491,7 @@ TEST(WriteBatchTest, AppendMovesRowsInOrder) {
   WriteBatch b;
   b.jobs = {Job("j-2", 2)};
   b.users = {{"u-1", "alice", 1}};
-  b.tokens = {{"t", "user", "u-1", 1}};
+  b.tokens = {Token("t", "user", "u-1", 1)};
   b.nodes = {{"n-1", "box", "{}"}};
   b.idempotency = {{"u-1", "k", "j-2"}};
   EXPECT_FALSE(a.empty());

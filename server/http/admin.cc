@@ -11,6 +11,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int64_t kJoinTokenLifeMs = 24 * 3'600'000;  // a join token's default life
+
 Status CheckUserName(const std::string& name, const std::string& field) {
   bool ok = !name.empty() && name.size() <= 64;
   for (char c : name) {
@@ -67,7 +69,11 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     JsonReader r(*body, "");
     auto provider = r.String("provider");
     auto create = r.Bool("create_provider");
+    auto expires = r.String("expires");
     if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+    // Join tokens expire: a day unless asked otherwise, as kubeadm's do.
+    auto expires_at = ExpiryFromJson(expires, clock_->NowMs(), kJoinTokenLifeMs, "expires");
+    if (!expires_at.ok()) return ErrorResponse(expires_at.status());
     json answer = json::object();
     std::string provider_id;
     if (provider && !provider->empty()) {
@@ -90,14 +96,34 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
       answer["provider"] = *provider;
       answer["provider_id"] = provider_id;
     }
-    auto token = core_->CreateJoinToken(provider_id);
+    auto token = core_->CreateJoinToken(provider_id, *expires_at);
     if (!token.ok()) return ErrorResponse(token.status());
     answer["id"] = TokenId(*token);
+    answer["expires_at"] = *expires_at;
     // The pins let an agent verify this server without a CA.
     std::vector<std::string> pins = tls_pins();
     answer["token"] = tls::JoinTokenWithPins(*token, pins);
     if (!pins.empty()) answer["pins"] = pins;
     return JsonResponse(201, answer);
+  }
+  if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "GET") {
+    json list = json::array();
+    for (const TokenInfo& t : core_->ListJoinTokens()) {
+      json j = TokenJson(t);
+      j.erase("name");
+      if (!t.subject.empty()) j["provider_id"] = t.subject;
+      list.push_back(j);
+    }
+    return JsonResponse(200, {{"join_tokens", list}});
+  }
+  if (seg.size() == 4 && seg[2] == "join-tokens" && req.method == "DELETE") {
+    if (Status st = core_->RevokeJoinToken(seg[3]); !st.ok()) return ErrorResponse(st);
+    return JsonResponse(200, {{"revoked", seg[3]}});
+  }
+  if (seg.size() == 5 && seg[2] == "nodes" && seg[4] == "revoke" && req.method == "POST") {
+    auto node = core_->RevokeNode(seg[3]);
+    if (!node.ok()) return ErrorResponse(node.status());
+    return JsonResponse(200, {{"id", node->id}, {"name", node->name}, {"revoked", true}});
   }
   if (seg.size() == 5 && seg[2] == "nodes" && (seg[4] == "drain" || seg[4] == "undrain") &&
       req.method == "POST") {

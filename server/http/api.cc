@@ -91,6 +91,33 @@ size_t Api::BodyLimit(const std::string& method, const std::string& path) {
   return api::kMaxRequestBody;
 }
 
+namespace {
+
+// What a user token's scope lets it do. read: look (GET, HEAD) and ask for
+// an estimate. submit: that, and submit, cancel and upload code for jobs
+// and batches. full: everything the user may. Routes refuse the rest with
+// 403 naming the scope.
+Status ScopeAllows(const Caller& caller, const std::string& method, const std::string& path,
+                   const std::vector<std::string>& seg) {
+  if (caller.scope != Scope::kUser || caller.access == Access::kFull) return Status::Ok();
+  if (method == "GET" || method == "HEAD") return Status::Ok();
+  const std::string& resource = seg[1];
+  if (method == "POST" && resource == "estimate") return Status::Ok();
+  if (caller.access == Access::kSubmit) {
+    bool submit = method == "POST" && (resource == "jobs" || resource == "batches") &&
+                  (seg.size() == 2 || (seg.size() == 4 && seg[3] == "cancel"));
+    bool code = method == "POST" && resource == "code" && seg.size() == 2;
+    if (submit || code) return Status::Ok();
+  }
+  return Status::PermissionDenied(std::string("this token's scope is ") + AccessName(caller.access) +
+                                  (caller.access == Access::kRead
+                                       ? ": it may only look"
+                                       : ": it may look, and submit and cancel jobs and batches") +
+                                  "; " + method + " " + path + " needs a token of scope full");
+}
+
+}  // namespace
+
 Response Api::Handle(const Request& req) {
   Segments seg;
   {
@@ -139,6 +166,8 @@ Response Api::Handle(const Request& req) {
   if (caller->scope == Scope::kJoin || caller->scope == Scope::kNode) {
     return ErrorResponse(Status::PermissionDenied("agent tokens may only use /v1/agent"));
   }
+  if (Status st = ScopeAllows(*caller, req.method, req.path, seg); !st.ok()) return ErrorResponse(st);
+  if (resource == "tokens") return Tokens(req, *caller, seg);
   if (resource == "jobs") return Jobs(req, *caller, seg);
   if (resource == "batches") return Batches(req, *caller, seg);
   if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, *caller);

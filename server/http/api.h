@@ -41,6 +41,7 @@ class Api {
   using Segments = std::vector<std::string>;
 
   Response Jobs(const Request& req, const Caller& caller, const Segments& seg);
+  Response Tokens(const Request& req, const Caller& caller, const Segments& seg);
   Response SubmitJob(const Request& req, const Caller& caller);
   Response ListJobs(const Request& req, const Caller& caller);
   Response Logs(const Request& req, const Caller& caller, const std::string& id);
@@ -74,6 +75,12 @@ Response ErrorResponse(const Status& s);
 Result<nlohmann::json> ParseBody(const Request& req);
 // An amount as a JSON number of credits ("12.5").
 nlohmann::json Credits(ledger::Micros amount);
+// A token as the API shows it: never the secret.
+nlohmann::json TokenJson(const TokenInfo& t);
+// "expires": a duration from `now` ("30d", "12h") or "never" (0); absent
+// gives `def_ms` from now (0: never). The error names `field`.
+Result<int64_t> ExpiryFromJson(const std::optional<std::string>& text, int64_t now_ms,
+                               int64_t def_ms, const std::string& field);
 // Reads an integer query parameter; absent gives `def`.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
                          int64_t max);

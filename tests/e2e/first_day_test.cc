@@ -77,7 +77,7 @@ TEST_F(FirstDayTest, HelpGroupsEveryCommandByWhoUsesIt) {
   CliResult help = cluster_.Cli({"--help"}, token_);
   ASSERT_EQ(help.exit_code, 0) << help.err;
   EXPECT_EQ(help.out.find("Subcommands:"), std::string::npos) << help.out;
-  for (const char* heading : {"Run jobs (users)", "Credit and cost (users)", "Lend GPUs (providers)",
+  for (const char* heading : {"Run jobs (users)", "Credit, cost and tokens (users)", "Lend GPUs (providers)",
                               "Operate (operators"}) {
     EXPECT_NE(help.out.find(heading), std::string::npos) << heading;
   }

@@ -1,0 +1,182 @@
+// The Tokens room through the core: scopes, names, expiry, revocation that
+// is effective at the next request, rotation with a grace period, last use,
+// join tokens that expire and nodes whose credentials are revoked.
+#include <gtest/gtest.h>
+
+#include "server/testing/core_fixture.h"
+
+namespace tide::server {
+namespace {
+
+class TokensTest : public CoreTest {
+ protected:
+  // A user and its main token's secret.
+  std::pair<Caller, std::string> NewUser(const std::string& name) {
+    auto u = core_->CreateUser(name);
+    EXPECT_TRUE(u.ok()) << u.status().ToString();
+    auto caller = core_->Authenticate(u->second);
+    EXPECT_TRUE(caller.ok());
+    return {*caller, u->second};
+  }
+};
+
+TEST_F(TokensTest, ATokenHasTheScopeItWasMadeWithAndOnlyFullScopeManagesTokens) {
+  auto [alice, main_secret] = NewUser("alice");
+  EXPECT_EQ(alice.access, Access::kFull);
+  clock_.Advance(1);  // listed oldest first
+  auto ci = core_->CreateToken(alice, "ci", "submit", 0);
+  ASSERT_TRUE(ci.ok()) << ci.status().ToString();
+  EXPECT_EQ(ci->first.name, "ci");
+  EXPECT_EQ(ci->first.scope, "submit");
+  EXPECT_EQ(ci->second.rfind("tide_u_", 0), 0u);
+  auto as_ci = core_->Authenticate(ci->second);
+  ASSERT_TRUE(as_ci.ok());
+  EXPECT_EQ(as_ci->subject, alice.subject);
+  EXPECT_EQ(as_ci->access, Access::kSubmit);
+  EXPECT_EQ(as_ci->token_id, ci->first.id);
+
+  // A narrower token cannot mint a wider one, nor revoke its owner's others.
+  EXPECT_EQ(core_->CreateToken(*as_ci, "wider", "", 0).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(core_->RevokeToken(*as_ci, "main").code(), Code::kPermissionDenied);
+
+  auto list = core_->ListTokens(alice);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "main");
+  EXPECT_EQ(list[0].scope, "full");
+  EXPECT_EQ(list[1].name, "ci");
+  // Another user sees none of them.
+  auto [bob, bob_secret] = NewUser("bob");
+  EXPECT_EQ(core_->ListTokens(bob).size(), 1u);
+  EXPECT_EQ(core_->RevokeToken(bob, "ci").code(), Code::kNotFound);
+}
+
+TEST_F(TokensTest, BadNamesScopesAndExpiriesAreRefusedByField) {
+  auto [alice, secret] = NewUser("alice");
+  auto bad_name = core_->CreateToken(alice, "Has Space", "", 0);
+  EXPECT_EQ(bad_name.status().field(), "name");
+  auto bad_scope = core_->CreateToken(alice, "x", "admin", 0);
+  EXPECT_EQ(bad_scope.status().field(), "scope");
+  EXPECT_NE(bad_scope.status().message().find("read"), std::string::npos);
+  auto past = core_->CreateToken(alice, "x", "read", clock_.NowMs() - 1);
+  EXPECT_EQ(past.status().field(), "expires");
+  ASSERT_TRUE(core_->CreateToken(alice, "x", "read", 0).ok());
+  EXPECT_EQ(core_->CreateToken(alice, "x", "read", 0).status().code(), Code::kConflict);
+  EXPECT_EQ(core_->CreateToken(alice, "main", "read", 0).status().code(), Code::kConflict);
+}
+
+TEST_F(TokensTest, ARevokedTokenIsRefusedAtTheNextRequestAndAfterARestart) {
+  auto [alice, secret] = NewUser("alice");
+  auto ci = core_->CreateToken(alice, "ci", "read", 0);
+  ASSERT_TRUE(ci.ok());
+  ASSERT_TRUE(core_->Authenticate(ci->second).ok());
+  ASSERT_TRUE(core_->RevokeToken(alice, ci->first.id).ok());  // by id
+  EXPECT_EQ(core_->Authenticate(ci->second).status().code(), Code::kUnauthenticated);
+  Reboot();
+  EXPECT_EQ(core_->Authenticate(ci->second).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(core_->Authenticate(secret).ok());
+}
+
+TEST_F(TokensTest, AnExpiredTokenIsRefusedAndNoLongerListed) {
+  auto [alice, secret] = NewUser("alice");
+  auto brief = core_->CreateToken(alice, "brief", "read", clock_.NowMs() + 60'000);
+  ASSERT_TRUE(brief.ok());
+  EXPECT_TRUE(core_->Authenticate(brief->second).ok());
+  clock_.Advance(60'000);
+  auto refused = core_->Authenticate(brief->second);
+  EXPECT_EQ(refused.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(refused.status().message().find("expired"), std::string::npos);
+  EXPECT_EQ(refused.status().message().find(brief->second), std::string::npos);
+  EXPECT_EQ(core_->ListTokens(alice).size(), 1u);
+}
+
+TEST_F(TokensTest, RotationGivesANewSecretAndTheOldOneLivesOutItsGrace) {
+  auto [alice, old_secret] = NewUser("alice");
+  auto rotated = core_->RotateToken(alice, "main", 3'600'000);
+  ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
+  EXPECT_EQ(rotated->first.name, "main");
+  EXPECT_NE(rotated->second, old_secret);
+  EXPECT_TRUE(core_->Authenticate(rotated->second).ok());
+  EXPECT_TRUE(core_->Authenticate(old_secret).ok()) << "within the grace period";
+  auto list = core_->ListTokens(alice);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "main~old");
+  EXPECT_EQ(list[0].expires_at, clock_.NowMs() + 3'600'000);
+  clock_.Advance(3'600'000);
+  EXPECT_EQ(core_->Authenticate(old_secret).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(core_->Authenticate(rotated->second).ok());
+  // Without grace the old one stops at once.
+  auto again = core_->RotateToken(alice, "main", 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(core_->Authenticate(rotated->second).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(core_->RotateToken(alice, "nope", 0).status().code(), Code::kNotFound);
+  EXPECT_EQ(core_->RotateToken(alice, "main", -1).status().field(), "grace");
+}
+
+TEST_F(TokensTest, LastUseIsShownAndReachesTheStore) {
+  auto [alice, secret] = NewUser("alice");
+  EXPECT_EQ(core_->ListTokens(alice)[0].last_used_at, clock_.NowMs()) << "NewUser authenticated";
+  clock_.Advance(120'000);
+  const int64_t used = clock_.NowMs();
+  ASSERT_TRUE(core_->Authenticate(secret).ok());
+  EXPECT_EQ(core_->ListTokens(alice)[0].last_used_at, used);
+  // The core's tick writes it; a restart still knows it.
+  ASSERT_TRUE(Eventually([&] {
+    auto contents = store_->LoadAll();
+    for (const auto& row : contents->tokens) {
+      if (row.kind == "user" && row.last_used_at == used) return true;
+    }
+    return false;
+  }));
+  Reboot();
+  EXPECT_EQ(core_->ListTokens(alice)[0].last_used_at, used);
+}
+
+TEST_F(TokensTest, JoinTokensExpireAndAreRevokedByTheOperator) {
+  auto day = core_->CreateJoinToken("", clock_.NowMs() + 86'400'000);
+  auto forever = core_->CreateJoinToken("", 0);
+  ASSERT_TRUE(day.ok() && forever.ok());
+  EXPECT_EQ(core_->ListJoinTokens().size(), 2u);
+  auto list = core_->ListJoinTokens();
+  std::string forever_id;
+  for (const auto& t : list) {
+    if (t.expires_at == 0) forever_id = t.id;
+  }
+  ASSERT_EQ(forever_id.rfind("jt-", 0), 0u);
+  ASSERT_TRUE(core_->RevokeJoinToken(forever_id).ok());
+  EXPECT_EQ(core_->Authenticate(*forever).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(core_->RevokeJoinToken(forever_id).code(), Code::kNotFound);
+  clock_.Advance(86'400'000);
+  EXPECT_EQ(core_->Authenticate(*day).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(core_->ListJoinTokens().empty());
+}
+
+TEST_F(TokensTest, ARevokedNodeLosesItsTokenAndItsJobsRunElsewhere) {
+  auto alice = User("alice");
+  auto join = core_->CreateJoinToken();
+  auto joiner = core_->Authenticate(*join);
+  ASSERT_TRUE(joiner.ok());
+  auto reg = core_->RegisterNode(*joiner, Machine("n1", 1));
+  ASSERT_TRUE(reg.ok());
+  const std::string node_token = reg->second;
+  auto job = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(job.ok());
+  const std::string id = job->first.id;
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->node_id == reg->first; }));
+
+  auto revoked = core_->RevokeNode("n1");
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+  EXPECT_EQ(revoked->state, api::NodeState::kLost);
+  EXPECT_EQ(core_->Authenticate(node_token).status().code(), Code::kUnauthenticated);
+  auto j = core_->GetJob(alice, id);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->status, api::JobStatus::kQueued);
+  ASSERT_FALSE(j->attempts.empty());
+  EXPECT_EQ(j->attempts.back().reason, "node_revoked");
+  // It can run on another node.
+  std::string n2 = AddNode("n2", 1);
+  ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->node_id == n2; }));
+  EXPECT_EQ(core_->RevokeNode("nope").status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace tide::server
