@@ -97,7 +97,10 @@ int RunCli(CLI::App& app, int argc, char** argv) {
 }
 
 void SetAction(CLI::App* cmd, std::function<int()> run) {
-  cmd->callback([run = std::move(run)] {
+  // A command that also has subcommands (tide admin join-token ls) runs
+  // its own action only when none of them was chosen.
+  cmd->callback([cmd, run = std::move(run)] {
+    if (!cmd->get_subcommands().empty()) return;
     int code = run();
     if (code != kExitOk) throw CLI::RuntimeError(code);
   });
