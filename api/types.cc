@@ -956,6 +956,8 @@ Status StatusFromErrorJson(int http_status, const std::string& body) {
   if (code == "too_large") return Status::TooLarge(msg);
   if (code == "insufficient_credit") return Status::InsufficientCredit(msg);
   if (code == "unavailable") return Status::Unavailable(msg);
+  // A 429 passes: clients retry it as they retry a server they cannot reach.
+  if (code == "rate_limited" || http_status == 429) return Status::Unavailable(msg);
   if (code == "internal") return Status::Internal(msg);
   if (http_status == 400) return Status::InvalidArgument(msg, field);
   if (http_status == 401) return Status::Unauthenticated(msg);

@@ -76,6 +76,13 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_flag("--tls-self-signed", opts->tls_self_signed,
                 "Serve HTTPS with a self-signed certificate kept in DATA_DIR/tls, even on "
                 "loopback (the default beyond loopback when no --tls-cert is given)");
+  cmd->add_option("--token-rate-limit", opts->token_rate_limit,
+                  "Requests per second of each user or admin token, RATE/s[:BURST] or off; "
+                  "beyond it a 429 with Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--address-rate-limit", opts->address_rate_limit,
+                  "Requests per second of each address that sends no valid token")
+      ->capture_default_str();
   cmd->add_flag("--insecure-http", opts->insecure_http,
                 "Serve plain HTTP beyond loopback: tokens and code cross the network in clear text");
   cli::SetAction(cmd, [opts] { return server::RunServer(*opts); });

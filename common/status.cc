@@ -14,6 +14,7 @@ const char* CodeName(Code code) {
     case Code::kInsufficientCredit: return "insufficient_credit";
     case Code::kUnavailable: return "unavailable";
     case Code::kInternal: return "internal";
+    case Code::kRateLimited: return "rate_limited";
   }
   return "internal";
 }

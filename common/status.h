@@ -23,6 +23,7 @@ enum class Code : uint8_t {
   kInsufficientCredit,  // not enough balance, or a budget cap would be passed
   kUnavailable,
   kInternal,
+  kRateLimited,  // too many requests from one token or address: retry later (429)
 };
 
 // Stable lowercase name of a code, as sent on the wire ("invalid_argument").
@@ -44,6 +45,7 @@ class [[nodiscard]] Status {
     return Status(Code::kPermissionDenied, std::move(msg));
   }
   static Status TooLarge(std::string msg) { return Status(Code::kTooLarge, std::move(msg)); }
+  static Status RateLimited(std::string msg) { return Status(Code::kRateLimited, std::move(msg)); }
   static Status InsufficientCredit(std::string msg) {
     return Status(Code::kInsufficientCredit, std::move(msg));
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "common/log.h"
 #include "common/paths.h"
@@ -15,6 +16,7 @@
 #include "server/core.h"
 #include "server/http/api.h"
 #include "server/http/http_server.h"
+#include "server/http/rate_limiter.h"
 #include "server/tls_files.h"
 #include "store/store.h"
 
@@ -119,6 +121,16 @@ int RunServer(const ServerOptions& options) {
   core->Start();
 
   auto* api = new Api(core, blobs, SystemClock::Default());
+  RateLimit per_token, per_address;
+  for (auto [flag, text, limit] : {std::tuple{"--token-rate-limit", &options.token_rate_limit, &per_token},
+                                   std::tuple{"--address-rate-limit", &options.address_rate_limit,
+                                              &per_address}}) {
+    if (!ParseRateLimit(*text, limit)) {
+      spdlog::error("{}: \"{}\" is not RATE/s[:BURST] (e.g. 1000/s:2000) or off", flag, *text);
+      return 1;
+    }
+  }
+  api->set_rate_limits(per_token, per_address);
   auto* http = new HttpServer([api](const Request& r) { return api->Handle(r); }, &Api::BodyLimit);
   bool self_signed = options.tls_self_signed || (options.tls_cert.empty() && !options.insecure_http &&
                                                   !IsLoopback(options.listen));

@@ -27,6 +27,10 @@ struct ServerOptions {
   std::string tls_cert, tls_key, tls_next_key;
   bool tls_self_signed = false;
   bool insecure_http = false;
+  // Requests per second of each user or admin token, and of each address
+  // without a valid token: "RATE/s[:BURST]" or "off" (docs/security.md).
+  std::string token_rate_limit = "1000/s:2000";
+  std::string address_rate_limit = "20/s:100";
 };
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code.

@@ -91,6 +91,7 @@ TEST_F(TokensTest, AnExpiredTokenIsRefusedAndNoLongerListed) {
 
 TEST_F(TokensTest, RotationGivesANewSecretAndTheOldOneLivesOutItsGrace) {
   auto [alice, old_secret] = NewUser("alice");
+  clock_.Advance(1);  // listed oldest first
   auto rotated = core_->RotateToken(alice, "main", 3'600'000);
   ASSERT_TRUE(rotated.ok()) << rotated.status().ToString();
   EXPECT_EQ(rotated->first.name, "main");

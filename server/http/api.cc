@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "api/types.h"
 #include "common/json_reader.h"
 #include "common/tls.h"
@@ -25,6 +27,7 @@ int HttpStatus(const Status& s) {
     case Code::kInsufficientCredit: return 402;
     case Code::kUnavailable: return 503;
     case Code::kInternal: return 500;
+    case Code::kRateLimited: return 429;
   }
   return 500;
 }
@@ -89,6 +92,19 @@ size_t Api::BodyLimit(const std::string& method, const std::string& path) {
   }
   if (path == "/v1/batches" && method == "POST") return api::kMaxBatchBody;
   return api::kMaxRequestBody;
+}
+
+std::optional<Response> Api::Limited(RateLimiter* limiter, const std::string& who,
+                                     const std::string& key) const {
+  int64_t retry_ms = 0;
+  if (limiter == nullptr || limiter->Allow(key, clock_->MonotonicMs(), &retry_ms)) {
+    return std::nullopt;
+  }
+  int64_t retry_s = std::max<int64_t>(1, (retry_ms + 999) / 1000);
+  Response r = ErrorResponse(Status::RateLimited(
+      "too many requests from " + who + ": retry after " + std::to_string(retry_s) + " s"));
+  r.headers["Retry-After"] = std::to_string(retry_s);
+  return r;
 }
 
 namespace {
@@ -157,7 +173,21 @@ Response Api::Handle(const Request& req) {
   // A join token as printed carries the server's pins after its secret.
   if (auto join = tls::SplitJoinToken(token, "token"); join.ok()) token = join->secret;
   auto caller = core_->Authenticate(token);
-  if (!caller.ok()) return ErrorResponse(caller.status());
+  if (!caller.ok()) {
+    // Requests without a valid token count against their address: a
+    // guesser is slowed down, and told so, before it learns anything.
+    if (auto limited = Limited(address_limits_.get(), "address " + req.remote_addr, req.remote_addr)) {
+      return *limited;
+    }
+    return ErrorResponse(caller.status());
+  }
+  // Agents' traffic (logs, outputs, checkpoints) is not limited here: a
+  // refused upload would cost a consumer their outputs.
+  if (caller->scope == Scope::kUser || caller->scope == Scope::kAdmin) {
+    if (auto limited = Limited(token_limits_.get(), "token " + caller->token_id, caller->token_id)) {
+      return *limited;
+    }
+  }
 
   const std::string& resource = seg[1];
   if (resource == "agent") {

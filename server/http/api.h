@@ -9,13 +9,16 @@
 // anything, so a rejected request leaves nothing behind.
 #pragma once
 
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "server/blob_store.h"
 #include "server/core.h"
 #include "server/http/http_server.h"
+#include "server/http/rate_limiter.h"
 
 namespace tide::server {
 
@@ -35,6 +38,12 @@ class Api {
   std::vector<std::string> tls_pins() const {
     std::lock_guard<std::mutex> lock(tls_mu_);
     return tls_pins_;
+  }
+  // Rate limits (docs/security.md, "Limits"): each token's requests, and
+  // each address's requests that carry no valid token. Set before serving.
+  void set_rate_limits(RateLimit per_token, RateLimit per_address) {
+    token_limits_ = std::make_unique<RateLimiter>(per_token);
+    address_limits_ = std::make_unique<RateLimiter>(per_address);
   }
 
  private:
@@ -57,12 +66,18 @@ class Api {
   Response Queue(const Request& req, const Caller& caller, const Segments& seg);
   Response Money(const Request& req, const Caller& caller, const Segments& seg);
   Response AdminMoney(const Request& req, const Segments& seg);
+  // A 429 with Retry-After when `limiter` refuses `key` now; nullopt when
+  // it allows it. `who` names the caller in the message.
+  std::optional<Response> Limited(RateLimiter* limiter, const std::string& who,
+                                  const std::string& key) const;
   // A job as the API shows it: the record plus its cost and escrow.
   nlohmann::json JobJson(const api::Job& job) const;
 
   Core* core_;
   BlobStore* blobs_;
   Clock* clock_;
+  std::unique_ptr<RateLimiter> token_limits_;    // null: none
+  std::unique_ptr<RateLimiter> address_limits_;  // null: none
   mutable std::mutex tls_mu_;
   std::vector<std::string> tls_pins_;  // guarded by tls_mu_
 };
