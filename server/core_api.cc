@@ -39,7 +39,7 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   tokens_.Used(hash, now);
   const store::TokenRow& r = **row;
   Caller caller;
-  caller.token_id = tokens_.Info(r).id;
+  caller.token_id = Tokens::IdOf(r);
   if (r.kind == "admin") {
     caller.scope = Scope::kAdmin;
     caller.subject = "admin";

@@ -119,13 +119,17 @@ void Reconciler::LoseSilentNodes() {
     if (now_mono - n.last_seen_mono < options_.node_timeout_ms) continue;
     spdlog::warn("node {} ({}) lost: no heartbeat for {} ms; requeueing {} jobs", n.node.name, id,
                  now_mono - n.last_seen_mono, n.leases.size());
-    n.node.state = api::NodeState::kLost;
-    jobs_->TouchNode(n);
-    std::vector<std::string> leased;
-    for (const auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
-    for (const auto& job_id : leased) {
-      if (JobEntry* e = jobs_->Find(job_id)) jobs_->LosePart(*e, id, "node_lost");
-    }
+    Lose(n, "node_lost");
+  }
+}
+
+void Reconciler::Lose(NodeEntry& n, const std::string& reason) {
+  n.node.state = api::NodeState::kLost;
+  jobs_->TouchNode(n);
+  std::vector<std::string> leased;
+  for (const auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
+  for (const auto& job_id : leased) {
+    if (JobEntry* e = jobs_->Find(job_id)) jobs_->LosePart(*e, n.node.id, reason);
   }
 }
 
@@ -217,13 +221,7 @@ Result<api::Node> Reconciler::Revoke(const std::string& id_or_name) {
   for (auto& [id, n] : jobs_->nodes()) {
     if (id != id_or_name && n.node.name != id_or_name) continue;
     spdlog::warn("node {} ({}) revoked: requeueing {} jobs", n.node.name, id, n.leases.size());
-    n.node.state = api::NodeState::kLost;
-    jobs_->TouchNode(n);
-    std::vector<std::string> leased;
-    for (const auto& [job_id, gpus] : n.leases) leased.push_back(job_id);
-    for (const auto& job_id : leased) {
-      if (JobEntry* e = jobs_->Find(job_id)) jobs_->LosePart(*e, id, "node_revoked");
-    }
+    Lose(n, "node_revoked");
     return n.node;
   }
   return Status::NotFound("no node " + id_or_name);

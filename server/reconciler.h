@@ -59,6 +59,8 @@ class Reconciler {
   Result<api::Node> Revoke(const std::string& id_or_name);
 
  private:
+  // Marks the node lost and hands each job it holds to LosePart(reason).
+  void Lose(NodeEntry& n, const std::string& reason);
   // Whether the lease of `node_id` holds `attempt` of the job.
   bool Leased(const std::string& node_id, const JobEntry& e, int attempt) const;
 

@@ -10,11 +10,11 @@ namespace {
 // Last use reaches the store when it moved this much since stored.
 constexpr int64_t kUseFlushMs = 60'000;
 
-std::string IdOf(const store::TokenRow& row) {
+}  // namespace
+
+std::string Tokens::IdOf(const store::TokenRow& row) {
   return std::string(1, row.kind.empty() ? 't' : row.kind[0]) + "t-" + row.hash.substr(0, 12);
 }
-
-}  // namespace
 
 Result<Access> ParseAccess(const std::string& scope, const std::string& field) {
   if (scope.empty() || scope == "full") return Access::kFull;

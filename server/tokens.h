@@ -80,6 +80,8 @@ class Tokens {
   void FlushUsed(store::WriteBatch& batch);
 
   TokenInfo Info(const store::TokenRow& row) const;
+  // "ut-3f9a0c1d2e4b": the kind's letter and 12 hex digits of the hash.
+  static std::string IdOf(const store::TokenRow& row);
 
  private:
   std::unordered_map<std::string, store::TokenRow> rows_;  // by hash
