@@ -707,5 +707,17 @@ TEST(AgentProtocol, RoundTrips) {
   EXPECT_FALSE(AgentWorkFromJson(J(R"({"cancels": [{"attempt": "x"}]})")).ok());
 }
 
+TEST(AgentWorkJson, CarriesTheServersPinsAndRefusesOthers) {
+  AgentWork w;
+  w.tls_pins = {"sha256:" + std::string(64, 'a'), "sha256:" + std::string(64, 'b')};
+  auto back = AgentWorkFromJson(ToJson(w));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tls_pins, w.tls_pins);
+  EXPECT_FALSE(ToJson(AgentWork{}).contains("tls_pins")) << "plain HTTP announces none";
+  auto bad = AgentWorkFromJson(J(R"({"tls_pins": ["sha256:nothex"]})"));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().field(), "tls_pins");
+}
+
 }  // namespace
 }  // namespace tide::api
