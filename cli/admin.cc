@@ -9,6 +9,7 @@
 //                              created (its token printed) if no such user
 //                              exists
 //   tide admin join-token ls | revoke ID   the tokens that still work; revoke one
+//   tide admin audit [--since 7d] [-o json]  who did what, when, from where
 //   tide admin prices set MODEL=CREDITS ... [--spot-discount F] [--fee F]
 //   tide admin prices show     the price list (credits per GPU-hour)
 //   tide admin cards mint --count N --value V [--expires DATE]
@@ -28,6 +29,7 @@
 #include <iostream>
 
 #include "cli/common.h"
+#include "common/clock.h"
 
 namespace tide::cli {
 
@@ -152,6 +154,38 @@ int RunDrain(const std::string& node, bool drain, bool evict) {
                 : evict ? "is draining: its jobs got the notice (node_draining) and will "
                           "resume elsewhere.\n"
                         : "is draining: it keeps its running jobs and takes no new ones.\n");
+  return kExitOk;
+}
+
+// One line per entry, oldest first; the detail as compact JSON.
+int RunAudit(OutputFormat format, const std::string& since_text, int limit) {
+  int64_t since = 0;
+  if (!since_text.empty()) {
+    auto s = ParseSince(since_text, NowMs());
+    if (!s.ok()) return PrintError(s.status());
+    since = *s;
+  }
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/audit?since=" + std::to_string(since) +
+                                           "&limit=" + std::to_string(limit));
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  json entries = answer->value("entries", json::array());
+  if (format == OutputFormat::kJson) {
+    PrintJson(entries);
+    return kExitOk;
+  }
+  Table table({"TIME", "ACTOR", "TOKEN", "ADDRESS", "ACTION", "TARGET", "DETAIL"});
+  for (const auto& e : entries) {
+    std::string address = JsonString(e, "address");
+    std::string token = JsonString(e, "token");
+    std::string target = JsonString(e, "target");
+    json detail = e.value("detail", json::object());
+    table.AddRow({FormatTime(JsonInt(e, "at")), JsonString(e, "actor"), token.empty() ? "-" : token,
+                  address.empty() ? "-" : address, JsonString(e, "action"),
+                  target.empty() ? "-" : target, detail.empty() ? "-" : detail.dump()});
+  }
+  std::cout << table.ToString();
   return kExitOk;
 }
 
@@ -367,6 +401,20 @@ void AddAdminCommands(CLI::App& app) {
   SetAction(jrevoke, [jrevoke_id] { return RunJoinTokenRevoke(*jrevoke_id); });
 
   AddAdminMoneyCommands(admin, user);
+
+  auto audit_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  auto audit_since = std::make_shared<std::string>();
+  auto audit_limit = std::make_shared<int>(1000);
+  CLI::App* audit = admin->add_subcommand(
+      "audit", "The audit log: admin, money and token actions, who took them and from where");
+  audit->add_option("--since", *audit_since, "Only entries since: 7d, 24h, or 2026-12-01");
+  audit->add_option("--limit", *audit_limit, "At most this many, the newest")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100'000));
+  AddOutputFlag(audit, audit_format.get());
+  SetAction(audit, [audit_format, audit_since, audit_limit] {
+    return RunAudit(*audit_format, *audit_since, *audit_limit);
+  });
 
   CLI::App* node = admin->add_subcommand("node", "Drain, reopen or revoke a node");
   node->require_subcommand(1);

@@ -235,6 +235,15 @@ std::string FormatAge(int64_t now_ms, int64_t then_ms) {
   return std::to_string(s / 86400) + "d";
 }
 
+Result<int64_t> ParseSince(const std::string& text, int64_t now_ms) {
+  if (auto d = ParseDurationSeconds(text); d.ok()) return now_ms - *d * 1000;
+  std::tm tm{};
+  if (text.size() == 10 && strptime(text.c_str(), "%Y-%m-%d", &tm) != nullptr) {
+    return static_cast<int64_t>(timegm(&tm)) * 1000;
+  }
+  return Status::InvalidArgument("must be a duration ago (7d, 24h) or a date (2026-12-01)", "since");
+}
+
 std::string FormatTimestamp(int64_t now_ms, int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
   std::string t = FormatTime(unix_ms);

@@ -144,6 +144,10 @@ int64_t NowMs();
 // `then_ms` == 0 (never): "-".
 std::string FormatAge(int64_t now_ms, int64_t then_ms);
 
+// "7d", "24h" (that long ago) or "2026-12-01" (UTC midnight) as unix ms;
+// errors name --since.
+Result<int64_t> ParseSince(const std::string& text, int64_t now_ms);
+
 // "2026-12-02 17:16:50 UTC (5m ago)"; 0 gives "-".
 std::string FormatTimestamp(int64_t now_ms, int64_t unix_ms);
 

@@ -26,16 +26,6 @@ std::string CreditsText(const json& j, const char* key) {
   return FormatCredits(std::llround(j[key].get<double>() * 1e6));
 }
 
-// "7d", "24h" (that long ago) or "2026-12-01" (UTC midnight) as unix ms.
-Result<int64_t> ParseSince(const std::string& text, int64_t now_ms) {
-  if (auto d = ParseDurationSeconds(text); d.ok()) return now_ms - *d * 1000;
-  std::tm tm{};
-  if (text.size() == 10 && strptime(text.c_str(), "%Y-%m-%d", &tm) != nullptr) {
-    return static_cast<int64_t>(timegm(&tm)) * 1000;
-  }
-  return Status::InvalidArgument("must be a duration ago (7d, 24h) or a date (2026-12-01)", "since");
-}
-
 namespace {
 
 int RunRedeem(const std::string& code, OutputFormat format) {

@@ -24,11 +24,11 @@ class ExperimentTest : public CoreTest {
     CoreTest::SetUp();
     ledger::PriceList prices;
     prices.per_gpu_hour["RTX4090"] = 10 * kMicrosPerCredit;
-    ASSERT_TRUE(core_->SetPrices(prices).ok());
+    ASSERT_TRUE(core_->SetPrices(AdminCaller(), prices).ok());
   }
   Caller Funded(const std::string& name, Micros credits) {
     Caller c = User(name);
-    auto codes = core_->MintCards(1, credits, 0);
+    auto codes = core_->MintCards(AdminCaller(), 1, credits, 0);
     EXPECT_TRUE(core_->Redeem(c, codes->at(0)).ok());
     return c;
   }
@@ -335,7 +335,7 @@ TEST_F(ExperimentTest, DrainWithEvictionRequeuesWithoutUsingARetry) {
   auto job = core_->SubmitJob(alice, spec, "");
   const std::string id = job->first.id;
   StartAll(n1);
-  ASSERT_TRUE(core_->SetDraining("n1", true, /*evict=*/true).ok());
+  ASSERT_TRUE(core_->SetDraining(AdminCaller(), "n1", true, /*evict=*/true).ok());
   auto work = core_->PollWork(n1, 0);
   ASSERT_EQ(work->cancels.size(), 1u);
   EXPECT_EQ(work->cancels[0].reason, "node_draining");

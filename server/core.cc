@@ -63,6 +63,7 @@ Status Core::Recover() {
     user_names_[row.name] = row.id;
   }
   tokens_.Load(contents->tokens);
+  audit_.Load(contents->audit);
   for (auto& row : contents->idempotency) idempotency_[{row.owner, row.key}] = row.job_id;
   // Rows first, then what is derived from them; leases on nodes the store
   // does not hold are repaired last, through the same transitions as ever.
@@ -85,6 +86,9 @@ Result<std::string> Core::EnsureAdminToken() {
     row.kind = "admin";
     row.subject = "admin";
     token = tokens_.Issue("tide_a_", row, clock_->NowMs(), batch);
+    row.hash = Sha256Hex(token);
+    audit_.Record(batch, clock_->NowMs(), Caller{Scope::kAdmin, "server"}, "token.create",
+                  Tokens::IdOf(row), {{"kind", "admin"}});
     return Status::Ok();
   });
   if (!st.ok()) return st;

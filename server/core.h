@@ -43,6 +43,7 @@
 #include "ledger/ledger.h"
 #include "ledger/prices.h"
 #include "server/accounts.h"
+#include "server/audit.h"
 #include "server/batches.h"
 #include "server/delivery.h"
 #include "server/job_state.h"
@@ -64,7 +65,12 @@ struct Caller {
   std::string subject;  // user id, node id; "admin" for the admin token
   Access access = Access::kFull;  // of a user token: what its scope allows
   std::string token_id;           // "ut-…": the token that called
+  std::string address;            // the caller's IP address; "" if not over the network
 };
+
+// The operator acting through the admin token: what the server's own setup
+// and tests act as.
+inline Caller AdminCaller() { return Caller{Scope::kAdmin, "admin"}; }
 
 struct CoreOptions {
   int64_t node_timeout_ms = 10'000;
@@ -201,14 +207,15 @@ class Core : private JobState::Listener {
   // at the highest rate a node it may run on asks, plus `reserve_ppm`.
   Result<Estimate> EstimateCost(const api::JobSpec& spec, double hours, int64_t reserve_ppm) const;
   // Admin: prints once; only hashes are kept.
-  Result<std::vector<std::string>> MintCards(int count, ledger::Micros value, int64_t expires_at);
-  Status SetPrices(const ledger::PriceList& prices);
+  Result<std::vector<std::string>> MintCards(const Caller& by, int count, ledger::Micros value,
+                                             int64_t expires_at);
+  Status SetPrices(const Caller& by, const ledger::PriceList& prices);
   // What the user's jobs may spend per UTC day, in all; 0 = no cap.
-  Status SetDailyCap(const std::string& user_id, ledger::Micros cap);
+  Status SetDailyCap(const Caller& by, const std::string& user_id, ledger::Micros cap);
   ledger::Micros DailyCap(const std::string& user_id) const;
   // The user's fair-share weight (default 1): an account of weight 2 is
   // entitled to twice the GPU-time of one of weight 1 when both wait.
-  Status SetWeight(const std::string& user_id, double weight);
+  Status SetWeight(const Caller& by, const std::string& user_id, double weight);
   double Weight(const std::string& user_id) const;
   // Operator totals, Prometheus text format (GET /metrics).
   std::string Metrics() const;
@@ -217,15 +224,20 @@ class Core : private JobState::Listener {
   Status CheckLedger(ledger::Totals* totals) const;
 
   // --- admin ---
-  Result<std::pair<UserInfo, std::string>> CreateUser(const std::string& name);
+  // Each admin command records who asked in the audit log (`by`).
+  Result<std::pair<UserInfo, std::string>> CreateUser(const Caller& by, const std::string& name);
   // Agents joining with it belong to `provider` (a user id; "" = the
   // operator). It expires at `expires_at` (unix ms; 0 = never).
-  Result<std::string> CreateJoinToken(const std::string& provider = "", int64_t expires_at = 0);
+  Result<std::string> CreateJoinToken(const Caller& by, const std::string& provider = "",
+                                      int64_t expires_at = 0);
   std::vector<TokenInfo> ListJoinTokens() const;
-  Status RevokeJoinToken(const std::string& id);
+  Status RevokeJoinToken(const Caller& by, const std::string& id);
   // Revokes a node's credentials: its token stops working at once, it is
   // lost, and its jobs are requeued (node_revoked).
-  Result<api::Node> RevokeNode(const std::string& id_or_name);
+  Result<api::Node> RevokeNode(const Caller& by, const std::string& id_or_name);
+  // The audit log (docs/security.md, "Audit"): entries at or after `since`
+  // (unix ms), oldest first; at most `limit`, the newest of them.
+  std::vector<AuditEntry> AuditLog(int64_t since, size_t limit) const;
 
   // --- a user's own tokens (docs/security.md, "Tokens") ---
   // A new token of the caller's user; the secret is returned once.
@@ -244,7 +256,8 @@ class Core : private JobState::Listener {
   Result<std::string> FindUser(const std::string& id_or_name) const;
   // A draining node takes no new jobs. It keeps its running ones, unless
   // `evict`: then they get the notice (node_draining) and are requeued.
-  Result<api::Node> SetDraining(const std::string& id_or_name, bool draining, bool evict = false);
+  Result<api::Node> SetDraining(const Caller& by, const std::string& id_or_name, bool draining,
+                                bool evict = false);
 
   // --- agents ---
   // With a join token: a new node. With a node token: the same node again.
@@ -328,6 +341,7 @@ class Core : private JobState::Listener {
   std::map<std::string, UserInfo> users_ TIDE_GUARDED_BY(state_mu_);          // by id
   std::map<std::string, std::string> user_names_ TIDE_GUARDED_BY(state_mu_);  // name -> id
   Tokens tokens_ TIDE_GUARDED_BY(state_mu_);
+  Audit audit_ TIDE_GUARDED_BY(state_mu_);
   std::map<std::pair<std::string, std::string>, std::string> idempotency_ TIDE_GUARDED_BY(state_mu_);
   int64_t last_meter_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
 

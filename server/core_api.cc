@@ -84,7 +84,7 @@ void Core::Remember(const Caller& caller, const std::string& key, const std::str
   batch.idempotency.push_back({caller.subject, key, id});
 }
 
-Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& name) {
+Result<std::pair<UserInfo, std::string>> Core::CreateUser(const Caller& by, const std::string& name) {
   UserInfo user;
   std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
@@ -98,6 +98,7 @@ Result<std::pair<UserInfo, std::string>> Core::CreateUser(const std::string& nam
     row.subject = user.id;
     token = tokens_.Issue("tide_u_", row, user.created_at, batch);
     batch.users.push_back({user.id, user.name, user.created_at});
+    audit_.Record(batch, user.created_at, by, "user.create", user.id, {{"name", name}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -112,7 +113,8 @@ Result<std::string> Core::FindUser(const std::string& id_or_name) const {
   return Status::NotFound("no user " + id_or_name);
 }
 
-Result<std::string> Core::CreateJoinToken(const std::string& provider, int64_t expires_at) {
+Result<std::string> Core::CreateJoinToken(const Caller& by, const std::string& provider,
+                                          int64_t expires_at) {
   std::string token;
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
@@ -122,6 +124,9 @@ Result<std::string> Core::CreateJoinToken(const std::string& provider, int64_t e
     row.subject = provider;
     row.expires_at = expires_at;
     token = tokens_.Issue("tide_j_", row, clock_->NowMs(), batch);
+    row.hash = Sha256Hex(token);
+    audit_.Record(batch, clock_->NowMs(), by, "join_token.create", Tokens::IdOf(row),
+                  {{"provider", provider}, {"expires_at", expires_at}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -133,17 +138,19 @@ std::vector<TokenInfo> Core::ListJoinTokens() const {
   return tokens_.List("join", nullptr, clock_->NowMs());
 }
 
-Status Core::RevokeJoinToken(const std::string& id) {
+Status Core::RevokeJoinToken(const Caller& by, const std::string& id) {
   return Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     const store::TokenRow* row = tokens_.Find("join", nullptr, id);
     if (row == nullptr) return Status::NotFound("no join token " + id);
+    std::string revoked = Tokens::IdOf(*row);
     tokens_.Revoke(row->hash, batch);
+    audit_.Record(batch, clock_->NowMs(), by, "join_token.revoke", revoked);
     return Status::Ok();
   });
 }
 
-Result<api::Node> Core::RevokeNode(const std::string& id_or_name) {
+Result<api::Node> Core::RevokeNode(const Caller& by, const std::string& id_or_name) {
   api::Node out;
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
@@ -151,6 +158,7 @@ Result<api::Node> Core::RevokeNode(const std::string& id_or_name) {
     if (!node.ok()) return node.status();
     tokens_.RevokeAll("node", node->id, batch);
     out = *node;
+    audit_.Record(batch, clock_->NowMs(), by, "node.revoke", node->id, {{"name", node->name}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -218,6 +226,8 @@ Result<std::pair<TokenInfo, std::string>> Core::CreateToken(const Caller& caller
     row.expires_at = expires_at;
     out.second = tokens_.Issue("tide_u_", row, now, batch);
     out.first = tokens_.Info(*tokens_.Check(Sha256Hex(out.second), now).value());
+    audit_.Record(batch, now, caller, "token.create", out.first.id,
+                  {{"name", name}, {"scope", out.first.scope}, {"expires_at", expires_at}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -235,7 +245,10 @@ Status Core::RevokeToken(const Caller& caller, const std::string& name_or_id) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     const store::TokenRow* row = tokens_.Find("user", &caller.subject, name_or_id);
     if (row == nullptr) return Status::NotFound("no token " + name_or_id + " (tide token ls)");
+    TokenInfo revoked = tokens_.Info(*row);
     tokens_.Revoke(row->hash, batch);
+    audit_.Record(batch, clock_->NowMs(), caller, "token.revoke", revoked.id,
+                  {{"name", revoked.name}});
     return Status::Ok();
   });
 }
@@ -255,6 +268,7 @@ Result<std::pair<TokenInfo, std::string>> Core::RotateToken(const Caller& caller
     }
     store::TokenRow fresh = *old;
     std::string old_hash = old->hash;
+    std::string old_id = Tokens::IdOf(*old);
     // The old one is renamed so that the name passes to the new one; it
     // lives out its grace under "NAME~old".
     store::TokenRow renamed = *old;
@@ -268,10 +282,17 @@ Result<std::pair<TokenInfo, std::string>> Core::RotateToken(const Caller& caller
       tokens_.ExpireAt(old_hash, now + grace_ms, batch);
     }
     out.first = tokens_.Info(*tokens_.Check(Sha256Hex(out.second), now).value());
+    audit_.Record(batch, now, caller, "token.rotate", out.first.id,
+                  {{"name", out.first.name}, {"old", old_id}, {"grace_ms", grace_ms}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return out;
+}
+
+std::vector<AuditEntry> Core::AuditLog(int64_t since, size_t limit) const {
+  ReaderLock lock(state_mu_);
+  return audit_.List(since, limit);
 }
 
 // ------------------------------------------------------------------ jobs
@@ -548,13 +569,16 @@ Status Core::RecordCheckpoint(const std::string& node_id, const std::string& job
   });
 }
 
-Result<api::Node> Core::SetDraining(const std::string& id_or_name, bool draining, bool evict) {
+Result<api::Node> Core::SetDraining(const Caller& by, const std::string& id_or_name, bool draining,
+                                    bool evict) {
   api::Node out;
-  Status st = Run([&](store::WriteBatch&) {
+  Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     auto node = reconciler_.Drain(id_or_name, draining, evict);
     if (!node.ok()) return node.status();
     out = *node;
+    audit_.Record(batch, clock_->NowMs(), by, draining ? "node.drain" : "node.undrain", node->id,
+                  {{"name", node->name}, {"evict", evict}});
     return Status::Ok();
   });
   if (!st.ok()) return st;

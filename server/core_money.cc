@@ -26,29 +26,41 @@ Result<Micros> Core::Redeem(const Caller& caller, const std::string& code) {
     auto v = accounts_.Redeem(caller.subject, code, batch);
     if (!v.ok()) return v.status();
     value = *v;
+    // The card by the start of its hash: the code itself is the credit.
+    auto canonical = ledger::CanonicalCardCode(code);
+    audit_.Record(batch, clock_->NowMs(), caller, "card.redeem", caller.subject,
+                  {{"card", canonical.ok() ? ledger::CardHash(*canonical).substr(0, 12) : ""},
+                   {"credits", ledger::FormatCredits(value)}});
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return value;
 }
 
-Result<std::vector<std::string>> Core::MintCards(int count, Micros value, int64_t expires_at) {
+Result<std::vector<std::string>> Core::MintCards(const Caller& by, int count, Micros value,
+                                                 int64_t expires_at) {
   if (count < 1 || count > 10'000) return Status::InvalidArgument("must be 1 to 10000", "count");
   if (value <= 0) return Status::InvalidArgument("must be positive", "value");
   std::vector<std::string> codes;
   for (int i = 0; i < count; ++i) codes.push_back(NewCardCode());
   Status st = Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
-    return accounts_.Mint(codes, value, expires_at, batch);
+    TIDE_RETURN_IF_ERROR(accounts_.Mint(codes, value, expires_at, batch));
+    audit_.Record(batch, clock_->NowMs(), by, "card.mint", "",
+                  {{"count", count}, {"credits", ledger::FormatCredits(value)},
+                   {"expires_at", expires_at}});
+    return Status::Ok();
   });
   if (!st.ok()) return st;
   return codes;
 }
 
-Status Core::SetPrices(const ledger::PriceList& prices) {
+Status Core::SetPrices(const Caller& by, const ledger::PriceList& prices) {
   return Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     accounts_.SetPrices(prices, batch);  // node prices change: a full pass follows
+    audit_.Record(batch, clock_->NowMs(), by, "prices.set", "",
+                  nlohmann::json::parse(batch.settings.back().value, nullptr, false));
     return Status::Ok();
   });
 }
@@ -58,11 +70,13 @@ ledger::PriceList Core::Prices() const {
   return accounts_.prices();
 }
 
-Status Core::SetDailyCap(const std::string& user_id, Micros cap) {
+Status Core::SetDailyCap(const Caller& by, const std::string& user_id, Micros cap) {
   return Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     if (!users_.count(user_id)) return Status::NotFound("no user " + user_id);
     accounts_.SetDailyCap(user_id, cap, batch);
+    audit_.Record(batch, clock_->NowMs(), by, "user.daily_cap", user_id,
+                  {{"credits", ledger::FormatCredits(cap)}});
     return Status::Ok();
   });
 }
@@ -72,7 +86,7 @@ Micros Core::DailyCap(const std::string& user_id) const {
   return accounts_.DailyCap(user_id);
 }
 
-Status Core::SetWeight(const std::string& user_id, double weight) {
+Status Core::SetWeight(const Caller& by, const std::string& user_id, double weight) {
   if (!(weight > 0 && weight <= 1000)) {
     return Status::InvalidArgument("must be above 0 and at most 1000", "weight");
   }
@@ -83,6 +97,7 @@ Status Core::SetWeight(const std::string& user_id, double weight) {
     char text[32];
     snprintf(text, sizeof text, "%.6g", weight);
     batch.settings.push_back({"weight:" + user_id, text});
+    audit_.Record(batch, clock_->NowMs(), by, "user.weight", user_id, {{"weight", weight}});
     return Status::Ok();
   });
 }

@@ -460,9 +460,9 @@ TEST_F(CoreTest, GangSurvivesRestart) {
 TEST_F(CoreTest, HeavierAccountsGetTheirShareFirstAndWeightsPersist) {
   Caller heavy = User("heavy");
   Caller light = User("light");
-  ASSERT_TRUE(core_->SetWeight(heavy.subject, 4).ok());
-  EXPECT_EQ(core_->SetWeight(heavy.subject, 0).field(), "weight");
-  EXPECT_TRUE(core_->SetWeight("u-nobody", 2).IsNotFound());
+  ASSERT_TRUE(core_->SetWeight(AdminCaller(), heavy.subject, 4).ok());
+  EXPECT_EQ(core_->SetWeight(AdminCaller(), heavy.subject, 0).field(), "weight");
+  EXPECT_TRUE(core_->SetWeight(AdminCaller(), "u-nobody", 2).IsNotFound());
   // Both use the one GPU for 5 s; then the next job of the heavier weight
   // goes first, though it was submitted later.
   std::string node = AddNode("n1", 1);
@@ -515,12 +515,12 @@ TEST_F(CoreTest, StateSurvivesRestart) {
 }
 
 TEST_F(CoreTest, TokensAreStoredHashed) {
-  auto u = core_->CreateUser("carol");
+  auto u = core_->CreateUser(AdminCaller(), "carol");
   auto rows = store_->LoadAll();
   for (auto& t : rows->tokens) EXPECT_NE(t.hash, u->second);
   EXPECT_TRUE(core_->Authenticate(u->second).ok());
   EXPECT_EQ(core_->Authenticate("tide_u_nope").status().code(), Code::kUnauthenticated);
-  EXPECT_EQ(core_->CreateUser("carol").status().code(), Code::kConflict);
+  EXPECT_EQ(core_->CreateUser(AdminCaller(), "carol").status().code(), Code::kConflict);
 }
 
 }  // namespace

@@ -24,12 +24,12 @@ class MoneyTest : public CoreTest {
     prices.per_gpu_hour["RTX4090"] = 10 * kMicrosPerCredit;
     prices.fee_ppm = 100'000;
     prices.spot_discount_ppm = 600'000;
-    ASSERT_TRUE(core_->SetPrices(prices).ok());
+    ASSERT_TRUE(core_->SetPrices(AdminCaller(), prices).ok());
   }
   // A user with `credits` redeemed from a card.
   Caller Funded(const std::string& name, Micros credits) {
     Caller c = User(name);
-    auto codes = core_->MintCards(1, credits, 0);
+    auto codes = core_->MintCards(AdminCaller(), 1, credits, 0);
     EXPECT_TRUE(codes.ok()) << codes.status().ToString();
     auto got = core_->Redeem(c, codes->at(0));
     EXPECT_TRUE(got.ok()) << got.status().ToString();
@@ -66,7 +66,7 @@ class MoneyTest : public CoreTest {
 TEST_F(MoneyTest, CardsRedeemOnceAndRefuseWhatIsNotACard) {
   Caller alice = User("alice");
   Caller bob = User("bob");
-  auto codes = core_->MintCards(2, 25 * kMicrosPerCredit, 0);
+  auto codes = core_->MintCards(AdminCaller(), 2, 25 * kMicrosPerCredit, 0);
   ASSERT_TRUE(codes.ok());
   ASSERT_EQ(codes->size(), 2u);
   EXPECT_EQ(*core_->Redeem(alice, codes->at(0)), 25 * kMicrosPerCredit);
@@ -82,17 +82,17 @@ TEST_F(MoneyTest, CardsRedeemOnceAndRefuseWhatIsNotACard) {
   // A bearer code: bob may redeem the second card.
   EXPECT_TRUE(core_->Redeem(bob, codes->at(1)).ok());
   // Expired.
-  auto soon = core_->MintCards(1, kMicrosPerCredit, clock_.NowMs() + 1000);
+  auto soon = core_->MintCards(AdminCaller(), 1, kMicrosPerCredit, clock_.NowMs() + 1000);
   clock_.Advance(2000);
   auto expired = core_->Redeem(bob, soon->at(0));
   EXPECT_EQ(expired.status().code(), Code::kConflict);
   EXPECT_NE(expired.status().message().find("expired"), std::string::npos);
-  EXPECT_EQ(core_->MintCards(0, 1, 0).status().field(), "count");
+  EXPECT_EQ(core_->MintCards(AdminCaller(), 0, 1, 0).status().field(), "count");
   ExpectBalanced();
 }
 
 TEST_F(MoneyTest, ConcurrentRedemptionsOfOneCodeGiveOneSuccess) {
-  auto codes = core_->MintCards(1, 7 * kMicrosPerCredit, 0);
+  auto codes = core_->MintCards(AdminCaller(), 1, 7 * kMicrosPerCredit, 0);
   std::vector<Caller> users;
   for (int i = 0; i < 8; ++i) users.push_back(User("u" + std::to_string(i)));
   std::atomic<int> ok{0};
@@ -249,7 +249,7 @@ TEST_F(MoneyTest, LedgerSurvivesRestartAndPreemptedSpotPaysWhatItRan) {
 TEST_F(MoneyTest, DailyCapRefusesUpFrontAndStopsRunningWork) {
   Caller alice = Funded("alice", 100 * kMicrosPerCredit);
   std::string node = AddNode("n1", 1);
-  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 200'000).ok());  // 0.2 credits a day
+  ASSERT_TRUE(core_->SetDailyCap(AdminCaller(), alice.subject, 200'000).ok());  // 0.2 credits a day
   api::JobSpec big = Spec(1);
   big.max_runtime_s = 3600;  // may cost 10
   auto refused = core_->SubmitJob(alice, big, "");
@@ -267,11 +267,11 @@ TEST_F(MoneyTest, DailyCapRefusesUpFrontAndStopsRunningWork) {
   ASSERT_TRUE(core_->JobEvent(node, id, {1, "running", std::nullopt, "", ""}).ok());
   Run(10'000, {node});
   EXPECT_FALSE(core_->GetJob(alice, id)->cancel_requested);
-  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 50'000).ok());  // lowered: 18 s worth
+  ASSERT_TRUE(core_->SetDailyCap(AdminCaller(), alice.subject, 50'000).ok());  // lowered: 18 s worth
   Run(10'000, {node});
   ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->cancel_requested; }));
   EXPECT_EQ(core_->GetJob(alice, id)->cancel_reason, "budget_exceeded");
-  ASSERT_TRUE(core_->SetDailyCap(alice.subject, 0).ok());
+  ASSERT_TRUE(core_->SetDailyCap(AdminCaller(), alice.subject, 0).ok());
   EXPECT_EQ(core_->DailyCap(alice.subject), 0);
   EXPECT_NE(core_->Metrics().find("tide_credits{account=\"issued\"} 100"), std::string::npos)
       << core_->Metrics();
@@ -291,7 +291,7 @@ TEST_F(MoneyTest, PropertyRandomLifecyclesKeepTheLedgerBalanced) {
     const Caller& u = users[rng() % users.size()];
     if (op == 7) {  // a card minted and redeemed
       Micros value = 1 + static_cast<Micros>(rng() % 5'000'000);
-      auto codes = core_->MintCards(1, value, 0);
+      auto codes = core_->MintCards(AdminCaller(), 1, value, 0);
       ASSERT_TRUE(codes.ok());
       ASSERT_TRUE(core_->Redeem(u, codes->at(0)).ok());
       issued += value;
@@ -360,7 +360,7 @@ api::JobSpec Hour(int gpus) {
 }
 
 TEST_F(MoneyTest, TheHoldIsTheWorstCaseOverTheNodesThatCanRunTheJob) {
-  ASSERT_TRUE(core_->SetPrices(TwoModels()).ok());
+  ASSERT_TRUE(core_->SetPrices(AdminCaller(), TwoModels()).ok());
   api::RegisterRequest partition = Machine("gpu", 8);
   partition.labels["partition"] = "gpu";
   AddNode(partition);
@@ -381,7 +381,7 @@ TEST_F(MoneyTest, TheHoldIsTheWorstCaseOverTheNodesThatCanRunTheJob) {
 }
 
 TEST_F(MoneyTest, ADearerNodeThatJoinsLaterIsHeldForBeforeTheJobRunsThere) {
-  ASSERT_TRUE(core_->SetPrices(TwoModels()).ok());
+  ASSERT_TRUE(core_->SetPrices(AdminCaller(), TwoModels()).ok());
   std::string rtx = AddNode(Machine("rtx", 1));
   Caller alice = Funded("alice", 5 * kMicrosPerCredit);
   auto first = core_->SubmitJob(alice, Hour(1), "");
@@ -399,7 +399,7 @@ TEST_F(MoneyTest, ADearerNodeThatJoinsLaterIsHeldForBeforeTheJobRunsThere) {
       << refused->pending_reason;
   EXPECT_EQ(core_->MoneyOf(waiting->first.id).escrow, 400'000);
   // With credit it runs there, its escrow grown to the A100's worst case.
-  auto codes = core_->MintCards(1, 20 * kMicrosPerCredit, 0);
+  auto codes = core_->MintCards(AdminCaller(), 1, 20 * kMicrosPerCredit, 0);
   ASSERT_TRUE(core_->Redeem(alice, codes->at(0)).ok());
   ASSERT_TRUE(Eventually([&] {
     return core_->GetJob(alice, waiting->first.id)->status == JobStatus::kStarting;

@@ -12,7 +12,7 @@ class TokensTest : public CoreTest {
  protected:
   // A user and its main token's secret.
   std::pair<Caller, std::string> NewUser(const std::string& name) {
-    auto u = core_->CreateUser(name);
+    auto u = core_->CreateUser(AdminCaller(), name);
     EXPECT_TRUE(u.ok()) << u.status().ToString();
     auto caller = core_->Authenticate(u->second);
     EXPECT_TRUE(caller.ok());
@@ -133,8 +133,8 @@ TEST_F(TokensTest, LastUseIsShownAndReachesTheStore) {
 }
 
 TEST_F(TokensTest, JoinTokensExpireAndAreRevokedByTheOperator) {
-  auto day = core_->CreateJoinToken("", clock_.NowMs() + 86'400'000);
-  auto forever = core_->CreateJoinToken("", 0);
+  auto day = core_->CreateJoinToken(AdminCaller(), "", clock_.NowMs() + 86'400'000);
+  auto forever = core_->CreateJoinToken(AdminCaller(), "", 0);
   ASSERT_TRUE(day.ok() && forever.ok());
   EXPECT_EQ(core_->ListJoinTokens().size(), 2u);
   auto list = core_->ListJoinTokens();
@@ -143,9 +143,9 @@ TEST_F(TokensTest, JoinTokensExpireAndAreRevokedByTheOperator) {
     if (t.expires_at == 0) forever_id = t.id;
   }
   ASSERT_EQ(forever_id.rfind("jt-", 0), 0u);
-  ASSERT_TRUE(core_->RevokeJoinToken(forever_id).ok());
+  ASSERT_TRUE(core_->RevokeJoinToken(AdminCaller(), forever_id).ok());
   EXPECT_EQ(core_->Authenticate(*forever).status().code(), Code::kUnauthenticated);
-  EXPECT_EQ(core_->RevokeJoinToken(forever_id).code(), Code::kNotFound);
+  EXPECT_EQ(core_->RevokeJoinToken(AdminCaller(), forever_id).code(), Code::kNotFound);
   clock_.Advance(86'400'000);
   EXPECT_EQ(core_->Authenticate(*day).status().code(), Code::kUnauthenticated);
   EXPECT_TRUE(core_->ListJoinTokens().empty());
@@ -153,7 +153,7 @@ TEST_F(TokensTest, JoinTokensExpireAndAreRevokedByTheOperator) {
 
 TEST_F(TokensTest, ARevokedNodeLosesItsTokenAndItsJobsRunElsewhere) {
   auto alice = User("alice");
-  auto join = core_->CreateJoinToken();
+  auto join = core_->CreateJoinToken(AdminCaller());
   auto joiner = core_->Authenticate(*join);
   ASSERT_TRUE(joiner.ok());
   auto reg = core_->RegisterNode(*joiner, Machine("n1", 1));
@@ -164,7 +164,7 @@ TEST_F(TokensTest, ARevokedNodeLosesItsTokenAndItsJobsRunElsewhere) {
   const std::string id = job->first.id;
   ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->node_id == reg->first; }));
 
-  auto revoked = core_->RevokeNode("n1");
+  auto revoked = core_->RevokeNode(AdminCaller(), "n1");
   ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
   EXPECT_EQ(revoked->state, api::NodeState::kLost);
   EXPECT_EQ(core_->Authenticate(node_token).status().code(), Code::kUnauthenticated);
@@ -176,7 +176,7 @@ TEST_F(TokensTest, ARevokedNodeLosesItsTokenAndItsJobsRunElsewhere) {
   // It can run on another node.
   std::string n2 = AddNode("n2", 1);
   ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->node_id == n2; }));
-  EXPECT_EQ(core_->RevokeNode("nope").status().code(), Code::kNotFound);
+  EXPECT_EQ(core_->RevokeNode(AdminCaller(), "nope").status().code(), Code::kNotFound);
 }
 
 }  // namespace

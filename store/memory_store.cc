@@ -35,7 +35,14 @@ class MemoryStore final : public Store {
                                 ": UNIQUE constraint failed: ledger.seq");
       }
     }
+    for (const AuditRow& a : batch.audit) {
+      if (audit_.count(a.seq)) {
+        return Status::Conflict("store write: audit row " + std::to_string(a.seq) +
+                                ": UNIQUE constraint failed: audit.seq");
+      }
+    }
     for (const LedgerRow& l : batch.ledger) ledger_[l.seq] = l;
+    for (const AuditRow& a : batch.audit) audit_[a.seq] = a;
     for (const CardRow& c : batch.cards) cards_[c.hash] = c;
     for (const SettingRow& s : batch.settings) settings_[s.key] = s;
     for (const BatchRow& b : batch.batches) batches_[b.id] = b;
@@ -60,6 +67,7 @@ class MemoryStore final : public Store {
     for (const auto& [hash, row] : tokens_) c.tokens.push_back(row);
     for (const auto& [key, row] : idempotency_) c.idempotency.push_back(row);
     for (const auto& [seq, row] : ledger_) c.ledger.push_back(row);
+    for (const auto& [seq, row] : audit_) c.audit.push_back(row);
     for (const auto& [hash, row] : cards_) c.cards.push_back(row);
     for (const auto& [key, row] : settings_) c.settings.push_back(row);
     for (const auto& [id, row] : batches_) c.batches.push_back(row);
@@ -102,6 +110,7 @@ class MemoryStore final : public Store {
   std::map<std::pair<std::string, std::string>, IdempotencyRow>
       idempotency_;  // by (owner, key); GUARDED_BY(mu_)
   std::map<int64_t, LedgerRow> ledger_;        // by seq; GUARDED_BY(mu_)
+  std::map<int64_t, AuditRow> audit_;          // by seq; GUARDED_BY(mu_)
   std::map<std::string, CardRow> cards_;       // by hash; GUARDED_BY(mu_)
   std::map<std::string, SettingRow> settings_;  // by key; GUARDED_BY(mu_)
   std::map<std::string, BatchRow> batches_;     // by id; GUARDED_BY(mu_)

@@ -88,6 +88,23 @@ ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT '';
 ALTER TABLE tokens ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tokens ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    {5, "the audit log, append-only", R"sql(
+CREATE TABLE audit(
+  seq INTEGER NOT NULL PRIMARY KEY,
+  at INTEGER NOT NULL,
+  actor TEXT NOT NULL,
+  token TEXT NOT NULL,
+  address TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  detail TEXT NOT NULL
+);
+CREATE INDEX audit_at ON audit(at);
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+)sql"},
 };
 
 struct StmtDeleter {

@@ -107,6 +107,7 @@ enum StmtId {
   kUpsertCard,
   kUpsertSetting,
   kUpsertBatch,
+  kInsertAudit,
   kSelectJobs,
   kSelectNodes,
   kSelectUsers,
@@ -116,6 +117,7 @@ enum StmtId {
   kSelectCards,
   kSelectSettings,
   kSelectBatches,
+  kSelectAudit,
   kNumStmts,
 };
 
@@ -149,6 +151,8 @@ constexpr const char* kSql[kNumStmts] = {
     "INSERT INTO batches(id, owner, created_at, doc) VALUES(?1, ?2, ?3, ?4) "
     "ON CONFLICT(id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at, "
     "doc = excluded.doc",
+    "INSERT INTO audit(seq, at, actor, token, address, action, target, detail) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     "SELECT id, owner, status, created_at, doc FROM jobs ORDER BY created_at, id",
     "SELECT id, name, doc FROM nodes ORDER BY id",
     "SELECT id, name, created_at FROM users ORDER BY id",
@@ -159,6 +163,7 @@ constexpr const char* kSql[kNumStmts] = {
     "SELECT hash, doc FROM cards ORDER BY hash",
     "SELECT key, value FROM settings ORDER BY key",
     "SELECT id, owner, created_at, doc FROM batches ORDER BY created_at, id",
+    "SELECT seq, at, actor, token, address, action, target, detail FROM audit ORDER BY seq",
 };
 
 class SqliteStore final : public Store {
@@ -262,6 +267,11 @@ class SqliteStore final : public Store {
       TIDE_RETURN_IF_ERROR(Run(kUpsertBatch, "store write: batches row \"" + b.id + "\"", b.id,
                                b.owner, b.created_at, b.doc));
     }
+    for (const AuditRow& a : batch.audit) {
+      TIDE_RETURN_IF_ERROR(Run(kInsertAudit, "store write: audit row " + std::to_string(a.seq),
+                               a.seq, a.at, a.actor, a.token, a.address, a.action, a.target,
+                               a.detail));
+    }
     return Status::Ok();
   }
 
@@ -312,6 +322,11 @@ class SqliteStore final : public Store {
     TIDE_RETURN_IF_ERROR(Select(kSelectBatches, "batches", c.batches, [](sqlite3_stmt* s) {
       return BatchRow{ColumnText(s, 0), ColumnText(s, 1), sqlite3_column_int64(s, 2),
                       ColumnText(s, 3)};
+    }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectAudit, "audit", c.audit, [](sqlite3_stmt* s) {
+      return AuditRow{sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), ColumnText(s, 2),
+                      ColumnText(s, 3),           ColumnText(s, 4),           ColumnText(s, 5),
+                      ColumnText(s, 6),           ColumnText(s, 7)};
     }));
     return Status::Ok();
   }

@@ -83,6 +83,19 @@ struct BatchRow {
   std::string doc;  // JSON of api::Batch
 };
 
+// One entry of the audit log: an admin, money or token action, who took it
+// and from where. Rows are only ever added, never replaced or deleted.
+struct AuditRow {
+  int64_t seq = 0;      // primary key: 1, 2, ... without gaps
+  int64_t at = 0;       // unix ms
+  std::string actor;    // user id, "admin", or "server" for the server's own actions
+  std::string token;    // the id of the token that called ("ut-…"); "" if none
+  std::string address;  // the caller's IP address; "" if not over the network
+  std::string action;   // "user.create", "token.revoke", "card.redeem", ...
+  std::string target;   // what it acted on: a user, token, node, job id; may be ""
+  std::string detail;   // JSON object: the action's parameters, never a secret
+};
+
 // Server settings (the price list, ...), by name.
 struct SettingRow {
   std::string key;
@@ -101,6 +114,7 @@ struct WriteBatch {
   std::vector<CardRow> cards;
   std::vector<SettingRow> settings;
   std::vector<BatchRow> batches;
+  std::vector<AuditRow> audit;  // inserted; a seq already stored fails the batch
 
   bool empty() const;
   // Moves all rows of `other` to the end of this batch. A later row for the
@@ -118,6 +132,7 @@ struct Contents {
   std::vector<CardRow> cards;
   std::vector<SettingRow> settings;
   std::vector<BatchRow> batches;  // ordered by created_at, then id
+  std::vector<AuditRow> audit;    // ordered by seq
 };
 
 class Store {

@@ -66,6 +66,10 @@ bool operator==(const CardRow& a, const CardRow& b) {
 bool operator==(const BatchRow& a, const BatchRow& b) {
   return a.id == b.id && a.owner == b.owner && a.created_at == b.created_at && a.doc == b.doc;
 }
+bool operator==(const AuditRow& a, const AuditRow& b) {
+  return std::tie(a.seq, a.at, a.actor, a.token, a.address, a.action, a.target, a.detail) ==
+         std::tie(b.seq, b.at, b.actor, b.token, b.address, b.action, b.target, b.detail);
+}
 bool operator==(const SettingRow& a, const SettingRow& b) {
   return std::tie(a.key, a.value) == std::tie(b.key, b.value);
 }
@@ -205,6 +209,8 @@ WriteBatch OneOfEach() {
   b.cards = {{"cc33", R"({"value":5})"}};
   b.settings = {{"prices", R"({"fee":"0.1"})"}};
   b.batches = {{"b-1", "u-1", 30, R"({"trials":2})"}};
+  b.audit = {{1, 40, "admin", "", "10.0.0.7", "card.mint", "", R"({"count":2})"},
+             {2, 41, "u-1", "ut-1", "::1", "token.create", "ut-2", R"({"name":"ci"})"}};
   return b;
 }
 
@@ -221,6 +227,7 @@ TEST_P(StoreTest, WritesAndReadsBackEveryRowKind) {
   EXPECT_EQ(c.cards, b.cards);
   EXPECT_EQ(c.settings, b.settings);
   EXPECT_EQ(c.batches, b.batches);
+  EXPECT_EQ(c.audit, b.audit);
 }
 
 TEST_P(StoreTest, LedgerRowsAreWrittenOnce) {
@@ -233,6 +240,33 @@ TEST_P(StoreTest, LedgerRowsAreWrittenOnce) {
   EXPECT_EQ(c.jobs.size(), 1u) << "the refused batch left nothing";
   ASSERT_EQ(c.ledger.size(), 2u);
   EXPECT_EQ(c.ledger[1].kind, "hold");
+}
+
+TEST_P(StoreTest, AuditRowsAreWrittenOnce) {
+  Write(OneOfEach());
+  WriteBatch again;
+  again.jobs = {Job("j-2", 200)};
+  again.audit = {{2, 99, "admin", "", "", "user.create", "u-9", "{}"}};  // seq 2 exists
+  EXPECT_FALSE(store_->Write(again).ok());
+  Contents c = Load();
+  EXPECT_EQ(c.jobs.size(), 1u) << "the refused batch left nothing";
+  ASSERT_EQ(c.audit.size(), 2u);
+  EXPECT_EQ(c.audit[1].action, "token.create");
+  if (!durable()) return;
+  // Behind the store's back too, the log can only grow.
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path().c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  for (const char* sql : {"UPDATE audit SET actor = 'someone' WHERE seq = 1",
+                          "DELETE FROM audit WHERE seq = 1"}) {
+    char* err = nullptr;
+    EXPECT_NE(sqlite3_exec(db, sql, nullptr, nullptr, &err), SQLITE_OK) << sql;
+    EXPECT_NE(std::string(err != nullptr ? err : "").find("append-only"), std::string::npos) << sql;
+    sqlite3_free(err);
+  }
+  sqlite3_close_v2(db);
+  Reopen();
+  EXPECT_EQ(Load().audit, OneOfEach().audit);
 }
 
 TEST_P(StoreTest, KeepsTextVerbatim) {
@@ -393,16 +427,16 @@ TEST_P(StoreTest, ConcurrentWritersAllLand) {
 }
 
 TEST_P(StoreTest, SchemaVersionIsLatest) {
-  EXPECT_EQ(internal::LatestSchemaVersion(), 4);
-  EXPECT_EQ(store_->SchemaVersion(), 4);
+  EXPECT_EQ(internal::LatestSchemaVersion(), 5);
+  EXPECT_EQ(store_->SchemaVersion(), 5);
   if (!durable()) return;
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "4");
-  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "4");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "5");
+  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "5");
   EXPECT_EQ(db.Query("PRAGMA journal_mode"), "wal");
   for (const char* table :
        {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings",
-        "batches"}) {
+        "batches", "audit"}) {
     EXPECT_EQ(db.Query(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
                                    "AND name = '") +
                        table + "'"),
@@ -496,7 +530,9 @@ TEST(WriteBatchTest, AppendMovesRowsInOrder) {
   b.idempotency = {{"u-1", "k", "j-2"}};
   EXPECT_FALSE(a.empty());
   a.Append(std::move(b));
-  EXPECT_EQ(JobIds(Contents{a.jobs, {}, {}, {}, {}, {}, {}, {}, {}}), (std::vector<std::string>{"j-1", "j-2"}));
+  Contents jobs;
+  jobs.jobs = a.jobs;
+  EXPECT_EQ(JobIds(jobs), (std::vector<std::string>{"j-1", "j-2"}));
   EXPECT_EQ(a.users.size(), 1u);
   EXPECT_EQ(a.tokens.size(), 1u);
   EXPECT_EQ(a.nodes.size(), 1u);
@@ -518,11 +554,12 @@ TEST(WriteBatchTest, EmptyCountsEveryKind) {
   WriteBatch c;
   c.idempotency = {{"u", "k", "j"}};
   EXPECT_FALSE(c.empty());
-  for (int kind = 0; kind < 3; ++kind) {
+  for (int kind = 0; kind < 4; ++kind) {
     WriteBatch d;
     if (kind == 0) d.ledger = {{1, 1, "redeem", "", "{}"}};
     if (kind == 1) d.cards = {{"h", "{}"}};
     if (kind == 2) d.settings = {{"k", "v"}};
+    if (kind == 3) d.audit = {{1, 1, "admin", "", "", "user.create", "u-1", "{}"}};
     EXPECT_FALSE(d.empty()) << kind;
   }
 }

@@ -24,7 +24,7 @@ void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
 bool WriteBatch::empty() const {
   return jobs.empty() && nodes.empty() && users.empty() && tokens.empty() &&
          delete_tokens.empty() && idempotency.empty() && ledger.empty() && cards.empty() &&
-         settings.empty() && batches.empty();
+         settings.empty() && batches.empty() && audit.empty();
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
@@ -39,6 +39,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(cards, other.cards);
   MoveAppend(settings, other.settings);
   MoveAppend(batches, other.batches);
+  MoveAppend(audit, other.audit);
 }
 
 }  // namespace tide::store

@@ -37,14 +37,14 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     Status st = r.Finish();
     if (st.ok()) st = CheckUserName(*name, "name");
     if (!st.ok()) return ErrorResponse(st);
-    auto user = core_->CreateUser(*name);
+    auto user = core_->CreateUser(caller, *name);
     if (!user.ok()) return ErrorResponse(user.status());
     return JsonResponse(201, {{"id", user->first.id}, {"name", user->first.name},
                               {"token", user->second}});
   }
   if (seg.size() >= 3 && (seg[2] == "prices" || seg[2] == "cards" || seg[2] == "ledger" ||
                           (seg[2] == "users" && seg.size() == 5 && seg[4] == "daily-cap"))) {
-    return AdminMoney(req, seg);
+    return AdminMoney(req, caller, seg);
   }
   if (seg.size() == 5 && seg[2] == "users" && seg[4] == "weight" &&
       (req.method == "PUT" || req.method == "GET")) {
@@ -56,7 +56,7 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
       JsonReader r(*body, "");
       auto weight = r.Number("weight", true);
       if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
-      if (Status st = core_->SetWeight(*user, *weight); !st.ok()) return ErrorResponse(st);
+      if (Status st = core_->SetWeight(caller, *user, *weight); !st.ok()) return ErrorResponse(st);
     }
     return JsonResponse(200, {{"user", *user}, {"weight", core_->Weight(*user)}});
   }
@@ -80,7 +80,7 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
       auto id = core_->FindUser(*provider);
       if (!id.ok() && create.value_or(false)) {
         if (Status st = CheckUserName(*provider, "provider"); !st.ok()) return ErrorResponse(st);
-        auto user = core_->CreateUser(*provider);
+        auto user = core_->CreateUser(caller, *provider);
         if (!user.ok()) return ErrorResponse(user.status());
         id = user->first.id;
         answer["provider_created"] = true;
@@ -96,7 +96,7 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
       answer["provider"] = *provider;
       answer["provider_id"] = provider_id;
     }
-    auto token = core_->CreateJoinToken(provider_id, *expires_at);
+    auto token = core_->CreateJoinToken(caller, provider_id, *expires_at);
     if (!token.ok()) return ErrorResponse(token.status());
     answer["id"] = TokenId(*token);
     answer["expires_at"] = *expires_at;
@@ -117,11 +117,11 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     return JsonResponse(200, {{"join_tokens", list}});
   }
   if (seg.size() == 4 && seg[2] == "join-tokens" && req.method == "DELETE") {
-    if (Status st = core_->RevokeJoinToken(seg[3]); !st.ok()) return ErrorResponse(st);
+    if (Status st = core_->RevokeJoinToken(caller, seg[3]); !st.ok()) return ErrorResponse(st);
     return JsonResponse(200, {{"revoked", seg[3]}});
   }
   if (seg.size() == 5 && seg[2] == "nodes" && seg[4] == "revoke" && req.method == "POST") {
-    auto node = core_->RevokeNode(seg[3]);
+    auto node = core_->RevokeNode(caller, seg[3]);
     if (!node.ok()) return ErrorResponse(node.status());
     return JsonResponse(200, {{"id", node->id}, {"name", node->name}, {"revoked", true}});
   }
@@ -131,9 +131,20 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     if (!evict.empty() && evict != "true" && evict != "false") {
       return ErrorResponse(Status::InvalidArgument("must be true or false", "evict"));
     }
-    auto node = core_->SetDraining(seg[3], seg[4] == "drain", evict == "true");
+    auto node = core_->SetDraining(caller, seg[3], seg[4] == "drain", evict == "true");
     if (!node.ok()) return ErrorResponse(node.status());
     return JsonResponse(200, api::ToJson(*node));
+  }
+  if (seg.size() == 3 && seg[2] == "audit" && req.method == "GET") {
+    auto since = QueryInt(req, "since", 0, 0, int64_t{1} << 50);
+    if (!since.ok()) return ErrorResponse(since.status());
+    auto limit = QueryInt(req, "limit", 1000, 1, 100'000);
+    if (!limit.ok()) return ErrorResponse(limit.status());
+    json entries = json::array();
+    for (const AuditEntry& e : core_->AuditLog(*since, static_cast<size_t>(*limit))) {
+      entries.push_back(ToJson(e));
+    }
+    return JsonResponse(200, {{"entries", entries}});
   }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }

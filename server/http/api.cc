@@ -181,6 +181,7 @@ Response Api::Handle(const Request& req) {
     }
     return ErrorResponse(caller.status());
   }
+  caller->address = req.remote_addr;  // for the audit log
   // Agents' traffic (logs, outputs, checkpoints) is not limited here: a
   // refused upload would cost a consumer their outputs.
   if (caller->scope == Scope::kUser || caller->scope == Scope::kAdmin) {

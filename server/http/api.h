@@ -65,7 +65,7 @@ class Api {
   Response Nodes(const Request& req, const Caller& caller, const Segments& seg);
   Response Queue(const Request& req, const Caller& caller, const Segments& seg);
   Response Money(const Request& req, const Caller& caller, const Segments& seg);
-  Response AdminMoney(const Request& req, const Segments& seg);
+  Response AdminMoney(const Request& req, const Caller& caller, const Segments& seg);
   // A 429 with Retry-After when `limiter` refuses `key` now; nullopt when
   // it allows it. `who` names the caller in the message.
   std::optional<Response> Limited(RateLimiter* limiter, const std::string& who,

@@ -125,7 +125,7 @@ Response Api::Money(const Request& req, const Caller& caller, const Segments& se
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }
 
-Response Api::AdminMoney(const Request& req, const Segments& seg) {
+Response Api::AdminMoney(const Request& req, const Caller& caller, const Segments& seg) {
   if (seg[2] == "prices" && seg.size() == 3 && req.method == "GET") {
     return JsonResponse(200, PricesJson(core_->Prices()));
   }
@@ -159,7 +159,7 @@ Response Api::AdminMoney(const Request& req, const Segments& seg) {
       }
     }
     if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
-    if (Status st = core_->SetPrices(prices); !st.ok()) return ErrorResponse(st);
+    if (Status st = core_->SetPrices(caller, prices); !st.ok()) return ErrorResponse(st);
     return JsonResponse(200, PricesJson(prices));
   }
   if (seg[2] == "cards" && seg.size() == 3 && req.method == "POST") {
@@ -176,7 +176,7 @@ Response Api::AdminMoney(const Request& req, const Segments& seg) {
     if (*count < 1 || *count > 10'000) {
       return ErrorResponse(Status::InvalidArgument("must be 1 to 10000", "count"));
     }
-    auto codes = core_->MintCards(static_cast<int>(*count), *value, expires.value_or(0));
+    auto codes = core_->MintCards(caller, static_cast<int>(*count), *value, expires.value_or(0));
     if (!codes.ok()) return ErrorResponse(codes.status());
     return JsonResponse(201, {{"codes", *codes},
                               {"value", Credits(*value)},
@@ -198,7 +198,7 @@ Response Api::AdminMoney(const Request& req, const Segments& seg) {
         if (!c.ok()) return ErrorResponse(c.status());
         cap = *c;
       }
-      if (Status st = core_->SetDailyCap(*user, cap); !st.ok()) return ErrorResponse(st);
+      if (Status st = core_->SetDailyCap(caller, *user, cap); !st.ok()) return ErrorResponse(st);
     }
     Micros cap = core_->DailyCap(*user);
     return JsonResponse(200, {{"user", *user}, {"daily_cap", cap > 0 ? Credits(cap) : json(nullptr)}});

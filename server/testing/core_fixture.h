@@ -61,7 +61,7 @@ class CoreTest : public ::testing::Test {
     Boot();
   }
   Caller User(const std::string& name) {
-    auto u = core_->CreateUser(name);
+    auto u = core_->CreateUser(AdminCaller(), name);
     EXPECT_TRUE(u.ok()) << u.status().ToString();
     return Caller{Scope::kUser, u->first.id};
   }
@@ -72,7 +72,7 @@ class CoreTest : public ::testing::Test {
   }
   // Joins with a join token issued for `provider` (a user id, "" = none).
   std::string AddNode(const api::RegisterRequest& req, const std::string& provider = "") {
-    auto join = core_->CreateJoinToken(provider);
+    auto join = core_->CreateJoinToken(AdminCaller(), provider);
     auto caller = core_->Authenticate(*join);
     EXPECT_TRUE(caller.ok());
     auto reg = core_->RegisterNode(*caller, req);

@@ -5,6 +5,8 @@
 // credentials the operator revokes stops and its job runs elsewhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <csignal>
 
 #include "tests/e2e/harness.h"
@@ -145,6 +147,32 @@ TEST_F(TokensE2eTest, TheOperatorRevokesJoinTokensAndNodes) {
   EXPECT_TRUE(Eventually([&] { return !cluster_.agent("a1").Running(); }, std::chrono::seconds(30)))
       << ReadAll(cluster_.dir() + "/agent-a1.log");
   (void)alice->CancelJob(id);
+
+  // All of it is in the audit log: who, what, from where; no secret.
+  CliResult audit = cluster_.Cli({"admin", "audit", "--since", "1h", "-o", "json"}, admin);
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  json entries = json::parse(audit.out, nullptr, false);
+  ASSERT_TRUE(entries.is_array()) << audit.out;
+  std::vector<std::string> actions;
+  for (const auto& e : entries) {
+    if (e.value("actor", "") != "admin") continue;
+    actions.push_back(e.value("action", ""));
+    EXPECT_EQ(e.value("address", ""), "127.0.0.1") << e.dump();
+    EXPECT_EQ(e.value("token", "").rfind("at-", 0), 0u) << e.dump();
+  }
+  for (const char* action : {"join_token.create", "join_token.revoke", "node.drain", "node.undrain",
+                             "node.revoke"}) {
+    EXPECT_NE(std::find(actions.begin(), actions.end(), action), actions.end()) << action;
+  }
+  EXPECT_EQ(audit.out.find(join.value("token", "?")), std::string::npos);
+  CliResult table = cluster_.Cli({"admin", "audit"}, admin);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("node.revoke"), std::string::npos) << table.out;
+  CliResult bad = cluster_.Cli({"admin", "audit", "--since", "yesterday"}, admin);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("since"), std::string::npos) << bad.err;
+  CliResult user = cluster_.Cli({"admin", "audit"}, token_);
+  EXPECT_NE(user.exit_code, 0) << "a user's token does not read the audit log";
 }
 
 }  // namespace
