@@ -15,12 +15,21 @@
 // prints what TLS costs (medians).
 // Keep-alive connections pay the handshake once each.
 //
+// With --flood N it measures instead what one token's flood does to another
+// token's submissions, on a server with its default limits: a steady
+// token submits at --steady-rate jobs/s for --seconds, alone and then
+// beside N connections of a second token that submit as fast as they can
+// (no retries: each 429 is counted), alternating for --rounds; it prints
+// the steady token's rate and latencies both ways, and the flood's
+// answers.
+//
 // It fails (exit 1) when a figure measured nothing: no submission
 // acknowledged, or no job that started.
 //
 //   tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]
 //             [--priced on|off] [--batch-trials 10000] [--tls off|on|both]
 //             [--rounds N]
+//   tide-load --flood 16 [--steady-rate 200] [--seconds 10] [--rounds 3]
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -37,6 +46,7 @@
 #include <vector>
 
 #include "api/client.h"
+#include "api/http_client.h"
 #include "common/paths.h"
 #include "common/tls.h"
 
@@ -85,6 +95,9 @@ struct Options {
   int connections = 8, jobs = 4000, latency_jobs = 50, batch_trials = 10'000;
   bool priced = false;  // --priced on: every submission holds escrow in the ledger
   int rounds = 1;       // runs of each kind
+  int flood = 0;        // --flood N: connections of the flooding token
+  int steady_rate = 200;
+  int seconds = 10;
 };
 
 struct Figures {
@@ -278,13 +291,148 @@ bool RunOnce(const Options& o, bool tls, Figures* figures) {
   return measured && failed.load() == 0;
 }
 
+// The steady token's figures over one phase.
+struct Steady {
+  double per_s = 0, p50_ms = 0, p99_ms = 0;
+  int failed = 0;
+};
+
+// One server (default limits, no agent: the jobs wait), measured alone and
+// beside a flood, --rounds times; false when nothing was measured.
+bool RunFlood(const Options& o) {
+  char tmpl[] = "/tmp/tide-flood-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string listen = "127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  std::string url = "http://" + listen;
+  pid_t server = Spawn({o.tide_bin, "server", "--listen", listen, "--data-dir", dir + "/server"},
+                       dir + "/server.log");
+  auto connect = [&](const std::string& token) {
+    return std::move(api::Client::Create(url, token, api::TlsTrust{})).value();
+  };
+  auto probe = connect("");
+  for (int i = 0; i < 200 && !probe->Health().ok(); ++i) usleep(50'000);
+  auto admin_token = ReadFile(dir + "/server/admin.token");
+  if (!admin_token.ok() || !probe->Health().ok()) {
+    fprintf(stderr, "server did not start; see %s/server.log\n", dir.c_str());
+    Stop(server);
+    return false;
+  }
+  std::string tok = *admin_token;
+  tok.erase(tok.find_last_not_of("\n") + 1);
+  auto admin = connect(tok);
+  std::string steady_token = admin->CreateUser("steady")->token;
+  std::string flood_token = admin->CreateUser("flood")->token;
+  const nlohmann::json spec = {{"name", "load"},
+                               {"command", {"true"}},
+                               {"resources", {{"gpu_type", "H100"}, {"gpu_count", 1}}}};
+  const std::string body = spec.dump();
+
+  // The steady token: two connections, each at half the rate, paced by
+  // the clock (a late request does not make the next one early).
+  auto steady_phase = [&]() {
+    std::vector<std::vector<double>> lat(2);
+    std::atomic<int> failed{0};
+    std::vector<std::thread> threads;
+    auto t0 = Clock::now();
+    for (int c = 0; c < 2; ++c) {
+      threads.emplace_back([&, c] {
+        auto client = connect(steady_token);
+        const api::JobSpec typed = std::move(api::JobSpecFromJson(spec)).value();
+        const double gap_s = 2.0 / o.steady_rate;
+        for (int i = 0;; ++i) {
+          auto due = t0 + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>((i + c * 0.5) * gap_s));
+          if (due - t0 > std::chrono::seconds(o.seconds)) break;
+          std::this_thread::sleep_until(due);
+          auto s0 = Clock::now();
+          if (client->SubmitJob(typed).ok()) {
+            lat[c].push_back(std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
+          } else {
+            failed++;
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::vector<double> all = lat[0];
+    all.insert(all.end(), lat[1].begin(), lat[1].end());
+    return Steady{all.size() / secs, Percentile(all, 50), Percentile(all, 99), failed.load()};
+  };
+
+  std::vector<Steady> alone, beside;
+  long flood_sent = 0, flood_ok = 0, flood_limited = 0;
+  double flood_secs = 0;
+  for (int round = 0; round < o.rounds; ++round) {
+    alone.push_back(steady_phase());
+    std::atomic<bool> stop{false};
+    std::atomic<long> sent{0}, ok{0}, limited{0};
+    std::vector<std::thread> flooders;
+    for (int f = 0; f < o.flood; ++f) {
+      flooders.emplace_back([&] {
+        auto http = std::move(api::HttpClient::Create(url, api::TlsTrust{})).value();
+        while (!stop) {
+          auto r = http->Do("POST", "/v1/jobs", body,
+                            {{"Authorization", "Bearer " + flood_token},
+                             {"Content-Type", "application/json"}});
+          sent++;
+          if (r.ok() && r->status == 201) ok++;
+          if (r.ok() && r->status == 429) limited++;
+        }
+      });
+    }
+    auto f0 = Clock::now();
+    beside.push_back(steady_phase());
+    stop = true;
+    for (auto& t : flooders) t.join();
+    flood_secs += std::chrono::duration<double>(Clock::now() - f0).count();
+    flood_sent += sent;
+    flood_ok += ok;
+    flood_limited += limited;
+    const Steady& a = alone.back();
+    const Steady& b = beside.back();
+    printf("round %d: steady token alone %.0f jobs/s p50 %.1f ms p99 %.1f ms; beside the flood "
+           "%.0f jobs/s p50 %.1f ms p99 %.1f ms (flood: %ld requests, %ld accepted, %ld refused 429)\n",
+           round + 1, a.per_s, a.p50_ms, a.p99_ms, b.per_s, b.p50_ms, b.p99_ms, sent.load(),
+           ok.load(), limited.load());
+  }
+  Stop(server);
+  if (!getenv("TIDE_LOAD_KEEP")) std::system(("rm -rf " + dir).c_str());
+  auto median = [](std::vector<Steady> v, double Steady::*field) {
+    std::sort(v.begin(), v.end(), [&](const Steady& a, const Steady& b) { return a.*field < b.*field; });
+    return v.size() % 2 ? v[v.size() / 2].*field
+                        : (v[v.size() / 2 - 1].*field + v[v.size() / 2].*field) / 2;
+  };
+  int failed = 0;
+  for (const auto& v : {alone, beside}) {
+    for (const Steady& s : v) failed += s.failed;
+  }
+  double a = median(alone, &Steady::per_s), b = median(beside, &Steady::per_s);
+  if (a <= 0 || b <= 0 || flood_sent == 0) {
+    fprintf(stderr, "nothing measured: steady %.0f / %.0f jobs/s, %ld flood requests\n", a, b,
+            flood_sent);
+    return false;
+  }
+  printf("steady token at %d jobs/s (medians of %d rounds of %d s): alone %.0f jobs/s, p50 %.1f ms, "
+         "p99 %.1f ms; beside %d flooding connections %.0f jobs/s, p50 %.1f ms, p99 %.1f ms; "
+         "%d failed. The flood: %.0f requests/s, %.0f accepted/s, %.0f refused/s\n",
+         o.steady_rate, o.rounds, o.seconds, a, median(alone, &Steady::p50_ms),
+         median(alone, &Steady::p99_ms), o.flood, b, median(beside, &Steady::p50_ms),
+         median(beside, &Steady::p99_ms), failed, flood_sent / flood_secs, flood_ok / flood_secs,
+         flood_limited / flood_secs);
+  return failed == 0;
+}
+
 const char kUsage[] =
     "usage: tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]\n"
     "                 [--priced on|off] [--batch-trials 10000] [--tls off|on|both]\n"
     "                 [--rounds 1]\n"
+    "       tide-load --flood N [--steady-rate 200] [--seconds 10] [--rounds 3]\n"
     "Starts a tide server and agent on loopback and prints durable submissions/s,\n"
     "submit-to-running latency and one batch's figures; --tls both measures plain\n"
-    "HTTP and HTTPS, alternating for --rounds, and prints what TLS costs.\n";
+    "HTTP and HTTPS, alternating for --rounds, and prints what TLS costs.\n"
+    "--flood N measures a steady token's submissions alone and beside N connections\n"
+    "of another token submitting as fast as they can (the server's default limits).\n";
 
 }  // namespace
 
@@ -309,6 +457,9 @@ int main(int argc, char** argv) {
     else if (a == "--batch-trials") o.batch_trials = atoi(v.c_str());
     else if (a == "--priced") o.priced = v == "on";
     else if (a == "--rounds") o.rounds = atoi(v.c_str());
+    else if (a == "--flood") o.flood = atoi(v.c_str());
+    else if (a == "--steady-rate") o.steady_rate = atoi(v.c_str());
+    else if (a == "--seconds") o.seconds = atoi(v.c_str());
     else if (a == "--tls" && (v == "off" || v == "on" || v == "both")) tls = v;
     else {
       fprintf(stderr, "unknown flag or value: %s %s\n%s", a.c_str(), v.c_str(), kUsage);
@@ -326,6 +477,13 @@ int main(int argc, char** argv) {
     std::string dir = self;
     dir = dir.substr(0, dir.rfind('/'));
     o.tide_bin = dir + "/../tide";
+  }
+  if (o.flood != 0) {
+    if (o.flood < 1 || o.steady_rate < 2 || o.seconds < 1) {
+      fprintf(stderr, "--flood must be at least 1, --steady-rate at least 2, --seconds at least 1\n");
+      return 2;
+    }
+    return RunFlood(o) ? 0 : 1;
   }
   // --tls both alternates (plain, TLS, TLS, plain, ...) so that neither
   // always runs second on a machine still busy with the first.

@@ -83,6 +83,10 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--address-rate-limit", opts->address_rate_limit,
                   "Requests per second of each address that sends no valid token")
       ->capture_default_str();
+  cmd->add_option("--token-inflight-limit", opts->token_inflight_limit,
+                  "Requests of each user or admin token open at once (log follows and waits "
+                  "included), or off; beyond it a 429")
+      ->capture_default_str();
   cmd->add_flag("--insecure-http", opts->insecure_http,
                 "Serve plain HTTP beyond loopback: tokens and code cross the network in clear text");
   cli::SetAction(cmd, [opts] { return server::RunServer(*opts); });

@@ -131,6 +131,13 @@ int RunServer(const ServerOptions& options) {
     }
   }
   api->set_rate_limits(per_token, per_address);
+  int inflight = 0;
+  if (!ParseInFlightLimit(options.token_inflight_limit, &inflight)) {
+    spdlog::error("--token-inflight-limit: \"{}\" is not a count of requests (e.g. 256) or off",
+                  options.token_inflight_limit);
+    return 1;
+  }
+  api->set_inflight_limit(inflight);
   auto* http = new HttpServer([api](const Request& r) { return api->Handle(r); }, &Api::BodyLimit);
   bool self_signed = options.tls_self_signed || (options.tls_cert.empty() && !options.insecure_http &&
                                                   !IsLoopback(options.listen));

@@ -31,6 +31,8 @@ struct ServerOptions {
   // without a valid token: "RATE/s[:BURST]" or "off" (docs/security.md).
   std::string token_rate_limit = "1000/s:2000";
   std::string address_rate_limit = "20/s:100";
+  // Requests of one user or admin token open at once: a count or "off".
+  std::string token_inflight_limit = "256";
 };
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code.

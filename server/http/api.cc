@@ -184,30 +184,49 @@ Response Api::Handle(const Request& req) {
   caller->address = req.remote_addr;  // for the audit log
   // Agents' traffic (logs, outputs, checkpoints) is not limited here: a
   // refused upload would cost a consumer their outputs.
+  std::shared_ptr<void> slot;
   if (caller->scope == Scope::kUser || caller->scope == Scope::kAdmin) {
     if (auto limited = Limited(token_limits_.get(), "token " + caller->token_id, caller->token_id)) {
       return *limited;
     }
+    if (token_inflight_ != nullptr) {
+      slot = token_inflight_->Acquire(caller->token_id);
+      if (slot == nullptr) {
+        Response r = ErrorResponse(Status::RateLimited(
+            "token " + caller->token_id + " has " + std::to_string(token_inflight_->max()) +
+            " requests open at once: retry after 1 s, or wait for one to end"));
+        r.headers["Retry-After"] = "1";
+        return r;
+      }
+    }
   }
+  Response r = Route(req, *caller, seg);
+  if (slot != nullptr && r.stream) {
+    // A streamed answer holds its slot until the last chunk.
+    r.stream = [inner = std::move(r.stream), slot](const ChunkWriter& write) { inner(write); };
+  }
+  return r;
+}
 
+Response Api::Route(const Request& req, const Caller& caller, const Segments& seg) {
   const std::string& resource = seg[1];
   if (resource == "agent") {
-    return Agent(req, *caller, seg);
+    return Agent(req, caller, seg);
   }
-  if (caller->scope == Scope::kJoin || caller->scope == Scope::kNode) {
+  if (caller.scope == Scope::kJoin || caller.scope == Scope::kNode) {
     return ErrorResponse(Status::PermissionDenied("agent tokens may only use /v1/agent"));
   }
-  if (Status st = ScopeAllows(*caller, req.method, req.path, seg); !st.ok()) return ErrorResponse(st);
-  if (resource == "tokens") return Tokens(req, *caller, seg);
-  if (resource == "jobs") return Jobs(req, *caller, seg);
-  if (resource == "batches") return Batches(req, *caller, seg);
-  if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, *caller);
-  if (resource == "nodes") return Nodes(req, *caller, seg);
-  if (resource == "queue") return Queue(req, *caller, seg);
-  if (resource == "admin") return Admin(req, *caller, seg);
+  if (Status st = ScopeAllows(caller, req.method, req.path, seg); !st.ok()) return ErrorResponse(st);
+  if (resource == "tokens") return Tokens(req, caller, seg);
+  if (resource == "jobs") return Jobs(req, caller, seg);
+  if (resource == "batches") return Batches(req, caller, seg);
+  if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, caller);
+  if (resource == "nodes") return Nodes(req, caller, seg);
+  if (resource == "queue") return Queue(req, caller, seg);
+  if (resource == "admin") return Admin(req, caller, seg);
   if (resource == "account" || resource == "cards" || resource == "usage" ||
       resource == "estimate" || resource == "prices" || resource == "provider") {
-    return Money(req, *caller, seg);
+    return Money(req, caller, seg);
   }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }

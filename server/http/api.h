@@ -45,10 +45,15 @@ class Api {
     token_limits_ = std::make_unique<RateLimiter>(per_token);
     address_limits_ = std::make_unique<RateLimiter>(per_address);
   }
+  // At most `max` requests of one user or admin token open at once (a
+  // streamed answer counts until it ends); 0: no cap. Set before serving.
+  void set_inflight_limit(int max) { token_inflight_ = std::make_unique<InFlightLimiter>(max); }
 
  private:
   using Segments = std::vector<std::string>;
 
+  // A request that passed authentication and the limits, to its resource.
+  Response Route(const Request& req, const Caller& caller, const Segments& seg);
   Response Jobs(const Request& req, const Caller& caller, const Segments& seg);
   Response Tokens(const Request& req, const Caller& caller, const Segments& seg);
   Response SubmitJob(const Request& req, const Caller& caller);
@@ -78,6 +83,7 @@ class Api {
   Clock* clock_;
   std::unique_ptr<RateLimiter> token_limits_;    // null: none
   std::unique_ptr<RateLimiter> address_limits_;  // null: none
+  std::unique_ptr<InFlightLimiter> token_inflight_;  // null: none
   mutable std::mutex tls_mu_;
   std::vector<std::string> tls_pins_;  // guarded by tls_mu_
 };

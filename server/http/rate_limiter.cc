@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace tide::server {
@@ -76,6 +77,47 @@ void RateLimiter::Prune(int64_t now_ms) {
   for (size_t i = 0; i < fill.size() && buckets_.size() > max_keys_ * 9 / 10; ++i) {
     buckets_.erase(fill[i].second);
   }
+}
+
+std::shared_ptr<void> InFlightLimiter::Acquire(const std::string& key) {
+  if (max_ <= 0) return std::make_shared<int>(0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& n = open_[key];
+    if (n >= max_) return nullptr;
+    ++n;
+  }
+  // The slot points at the limiter (never null, so that it tests true).
+  return std::shared_ptr<void>(static_cast<void*>(this), [key](void* self) {
+    static_cast<InFlightLimiter*>(self)->Release(key);
+  });
+}
+
+void InFlightLimiter::Release(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(key);
+  if (it != open_.end() && --it->second <= 0) open_.erase(it);
+}
+
+int InFlightLimiter::open(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(key);
+  return it == open_.end() ? 0 : it->second;
+}
+
+bool ParseInFlightLimit(const std::string& text, int* out) {
+  if (text == "off") {
+    *out = 0;
+    return true;
+  }
+  if (text.empty() || text.size() > 7) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  int n = std::stoi(text);
+  if (n < 1) return false;
+  *out = n;
+  return true;
 }
 
 }  // namespace tide::server

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -49,5 +50,31 @@ class RateLimiter {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Bucket> buckets_;  // guarded by mu_
 };
+
+// InFlightLimiter: how many requests each key (a token's id) has open at
+// once, at most `max`: one client's many long requests (log follows, waits,
+// slow uploads) cannot take every connection thread from the others.
+//
+// Thread safety: every method may be called from any thread at once.
+class InFlightLimiter {
+ public:
+  explicit InFlightLimiter(int max) : max_(max) {}  // 0: unlimited
+
+  // A slot for `key`, given back when the last copy of it is destroyed;
+  // null when `key` has `max` open already. The limiter must outlive it.
+  std::shared_ptr<void> Acquire(const std::string& key);
+  int open(const std::string& key) const;
+  int max() const { return max_; }
+
+ private:
+  void Release(const std::string& key);
+
+  const int max_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, int> open_;  // guarded by mu_; no zero entries
+};
+
+// "256" (requests at once) or "off". Returns false for anything else.
+bool ParseInFlightLimit(const std::string& text, int* out);
 
 }  // namespace tide::server

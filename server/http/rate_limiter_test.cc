@@ -50,5 +50,37 @@ TEST(RateLimiter, MemoryStaysBounded) {
   EXPECT_LE(limiter.keys(), 101u);
 }
 
+TEST(InFlightLimiter, AtMostMaxOpenPerKeyUntilTheyEnd) {
+  InFlightLimiter limiter(2);
+  auto a1 = limiter.Acquire("a");
+  auto a2 = limiter.Acquire("a");
+  ASSERT_TRUE(a1 && a2);
+  EXPECT_FALSE(limiter.Acquire("a")) << "a third at once is refused";
+  EXPECT_TRUE(limiter.Acquire("b")) << "another key has its own";
+  EXPECT_EQ(limiter.open("a"), 2);
+  auto copy = a1;  // a streamed answer keeps the slot as long as it streams
+  a1.reset();
+  EXPECT_FALSE(limiter.Acquire("a"));
+  copy.reset();
+  auto a3 = limiter.Acquire("a");
+  EXPECT_TRUE(a3);
+  a2.reset();
+  a3.reset();
+  EXPECT_EQ(limiter.open("a"), 0);
+  InFlightLimiter off(0);
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(off.Acquire("a"));
+}
+
+TEST(InFlightLimiter, ParsesACountOrOff) {
+  int n = -1;
+  ASSERT_TRUE(ParseInFlightLimit("256", &n));
+  EXPECT_EQ(n, 256);
+  ASSERT_TRUE(ParseInFlightLimit("off", &n));
+  EXPECT_EQ(n, 0);
+  for (const char* bad : {"", "0", "-1", "12x", "1e3", "99999999"}) {
+    EXPECT_FALSE(ParseInFlightLimit(bad, &n)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tide::server

@@ -1,7 +1,11 @@
 // Rate limits over real HTTP: a token that floods gets 429 with
-// Retry-After while another token is served, and requests without a valid
-// token are limited per address.
+// Retry-After while another token is served, requests without a valid
+// token are limited per address, and a token's requests open at once are
+// capped.
 #include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
 
 #include "api/http_client.h"
 #include "tests/e2e/harness.h"
@@ -56,6 +60,54 @@ TEST(RateLimitTest, AFloodingTokenIsToldToWaitAndAnotherIsNot) {
     r = cluster.Cli({"ls"}, alice);
   }
   EXPECT_NE(r.err.find("too many requests from token ut-"), std::string::npos) << r.err;
+}
+
+TEST(RateLimitTest, ATokenHasAtMostItsLimitOfRequestsOpenAtOnce) {
+  Cluster cluster;
+  cluster.StartServer({"--token-inflight-limit", "2"});
+  std::string alice = cluster.NewUser("alice");
+  std::string bob = cluster.NewUser("bob");
+  auto client = cluster.ClientFor(alice);
+  std::string id = SubmitOk(*client, {{"command", {"true"}}});  // no agent: it waits
+  auto connect = [&] {
+    return std::move(api::HttpClient::Create(cluster.url(), *api::Client::TrustFromEnvironment()))
+        .value();
+  };
+  auto get = [&](const std::string& token, const std::string& path) {
+    auto r = connect()->Do("GET", path, "", {{"Authorization", "Bearer " + token}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : api::HttpResponse{};
+  };
+  // A second token of alice's, to end the job while the first is full.
+  auto spare = connect()->Do("POST", "/v1/tokens", R"({"name": "spare"})",
+                             {{"Authorization", "Bearer " + alice}});
+  ASSERT_TRUE(spare.ok() && spare->status == 201) << (spare.ok() ? spare->body : "");
+  auto closer = cluster.ClientFor(nlohmann::json::parse(spare->body).value("token", ""));
+  // Two log follows hold alice's two slots for as long as they stream.
+  std::vector<std::thread> follows;
+  for (int i = 0; i < 2; ++i) {
+    follows.emplace_back([&] { get(alice, "/v1/jobs/" + id + "/logs?follow=true"); });
+  }
+  api::HttpResponse third;
+  EXPECT_TRUE(Eventually([&] {
+    third = get(alice, "/v1/jobs");
+    return third.status == 429;
+  })) << third.status << " " << third.body;
+  EXPECT_NE(third.body.find("2 requests open at once"), std::string::npos) << third.body;
+  EXPECT_EQ(third.headers["retry-after"], "1");
+  EXPECT_EQ(get(bob, "/v1/jobs").status, 200) << "another token is not held up";
+  // The job ends, the streams end, the slots come back.
+  auto cancelled = closer->CancelJob(id);
+  EXPECT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  for (auto& t : follows) t.join();
+  EXPECT_TRUE(Eventually([&] { return get(alice, "/v1/jobs").status == 200; }));
+
+  CliResult bad = cluster.Cli({"server", "--listen", "127.0.0.1:1", "--data-dir",
+                               cluster.dir() + "/bad", "--token-inflight-limit", "0"},
+                              "");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE((bad.out + bad.err).find("--token-inflight-limit: \"0\""), std::string::npos)
+      << bad.out << bad.err;
 }
 
 TEST(RateLimitTest, ABadLimitIsRefusedAtStartNamingTheFlag) {
