@@ -2,6 +2,7 @@
 #include "api/sbatch.h"
 
 #include "api/sbatch_options.h"
+#include "common/utf8.h"
 
 #include <algorithm>
 #include <cctype>
@@ -352,6 +353,12 @@ Result<BatchSpec> PlanArray(const JobSpec& spec, const std::vector<int>& tasks, 
 Result<SbatchPlan> PlanSbatch(const std::string& script, const std::string& filename,
                               const std::vector<std::string>& cli_options,
                               const std::vector<std::string>& script_args) {
+  for (size_t i = 0; i < script_args.size(); ++i) {
+    if (!ValidUtf8(script_args[i])) {
+      return Status::InvalidArgument("command line: the script's argument " + std::to_string(i + 1) +
+                                     " is not valid UTF-8");
+    }
+  }
   auto opts = ReadDirectives(script, filename, cli_options);
   if (!opts.ok()) return opts.status();
   const Directives d(filename, *opts);

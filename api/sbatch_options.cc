@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
 #include "api/batch.h"
 #include "api/sbatch.h"
+#include "common/utf8.h"
 
 namespace tide::api::sbatch {
 
@@ -42,6 +44,14 @@ std::string Where(const std::string& file, int line) {
 // Splits a directive or command-line words into options.
 Status ReadOptions(const std::vector<std::string>& words, int line, const std::string& file,
                    std::vector<Opt>* out) {
+  for (const std::string& w : words) {
+    // What becomes the spec is sent as JSON text, which must be UTF-8.
+    if (size_t bad = 0; !ValidUtf8(w, &bad)) {
+      char byte[8];
+      snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(w[bad]));
+      return Status::InvalidArgument(Where(file, line) + ": not valid UTF-8 (byte " + byte + ")");
+    }
+  }
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
     std::string name, value;

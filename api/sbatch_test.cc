@@ -180,6 +180,10 @@ TEST(SbatchTest, TasksAreWhatSrunStartsByDefault) {
 
 TEST(SbatchTest, ABadGpuTypeIsRefusedNamingTheLine) {
   ExpectRefused("#!/bin/bash\n\n#SBATCH --gres=gpu:???:2\n", "train.sh:3: --gres: \"???\" is not a GPU model");
+  // Found by sbatch_fuzz: a directive that is not UTF-8 became a job name
+  // that could not be written as JSON.
+  ExpectRefused("#!/bin/bash\n#SBATCH --job-name=ber\xc0\n", "train.sh:2: not valid UTF-8 (byte 0xC0)");
+  ExpectRefused("#!/bin/bash\n", "command line: not valid UTF-8", {"-J", "x\xff"});
 }
 
 TEST(SbatchTest, OptionsThatTakeTheNextWord) {

@@ -2,11 +2,14 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/paths.h"
+#include "common/utf8.h"
 
 namespace tide::api {
 
@@ -80,6 +83,21 @@ Status Convert(const YAML::Node& n, const std::string& path, SpecDocument* doc, 
 }  // namespace
 
 Result<SpecDocument> ParseYamlDocument(const std::string& text, const std::string& filename) {
+  // What becomes JSON must be UTF-8: say where it is not, rather than fail
+  // when the spec is sent.
+  // A NUL is no text, and makes the YAML reader guess UTF-16 or UTF-32.
+  if (size_t nul = text.find('\0'); nul != std::string::npos) {
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + nul, '\n'));
+    return Status::InvalidArgument(filename + ":" + std::to_string(line) +
+                                   ": a NUL byte: a spec file is UTF-8 text");
+  }
+  if (size_t bad = 0; !ValidUtf8(text, &bad)) {
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + bad, '\n'));
+    char byte[8];
+    snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[bad]));
+    return Status::InvalidArgument(filename + ":" + std::to_string(line) +
+                                   ": not valid UTF-8 (byte " + byte + ")");
+  }
   SpecDocument doc;
   YAML::Node root;
   try {

@@ -230,6 +230,20 @@ TEST_F(SpecFileTest, MalformedYamlReportsLine) {
   EXPECT_FALSE(tab.ok());
 }
 
+// Found by spec_yaml_fuzz: a byte that is not UTF-8 was read into the
+// spec, and writing the spec as JSON then threw.
+TEST_F(SpecFileTest, TextThatIsNotUtf8IsRefusedNamingTheLine) {
+  auto doc = ParseYamlDocument("name: x\ncommand: [ech\xff]\n", "job.yaml");
+  ASSERT_FALSE(doc.ok());
+  EXPECT_EQ(doc.status().message(), "job.yaml:2: not valid UTF-8 (byte 0xFF)");
+  EXPECT_TRUE(ParseYamlDocument("name: caf\xc3\xa9\n", "job.yaml").ok());
+  // Found by spec_yaml_fuzz and batch_fuzz: with NUL bytes the YAML reader
+  // took the file for UTF-32 and made text that was not UTF-8.
+  auto nul = ParseYamlDocument(std::string("name: x\ncommand: a\0b\n", 20), "job.yaml");
+  ASSERT_FALSE(nul.ok());
+  EXPECT_EQ(nul.status().message(), "job.yaml:2: a NUL byte: a spec file is UTF-8 text");
+}
+
 TEST_F(SpecFileTest, NonMappingDocumentIsRefused) {
   LoadError("list.yaml", "- python\n- train.py\n", 0, "mapping");
   LoadError("scalar.yaml", "python train.py\n", 0, "mapping");

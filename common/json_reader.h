@@ -24,7 +24,9 @@ Result<nlohmann::json> ParseJson(const std::string& text);
 class JsonReader {
  public:
   // `prefix` is the path of this object ("" for the root, "resources" ...).
+  // The reader refers to `obj`, which must outlive it (so no temporary).
   JsonReader(const nlohmann::json& obj, std::string prefix);
+  JsonReader(nlohmann::json&& obj, std::string prefix) = delete;
 
   // Ok only if the value was an object.
   Status status() const { return status_; }

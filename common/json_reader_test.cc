@@ -173,13 +173,15 @@ TEST(JsonReader, UnknownFieldsAreRejectedByName) {
 }
 
 TEST(JsonReader, NonObjectIsAnError) {
-  JsonReader root(json::array(), "");
+  const json array = json::array();
+  JsonReader root(array, "");
   EXPECT_FALSE(root.status().ok());
   EXPECT_EQ(root.status().field(), "body");
   EXPECT_EQ(root.String("x"), std::nullopt);
   EXPECT_FALSE(root.Finish().ok());
 
-  JsonReader nested(json("str"), "resources");
+  const json text = "str";
+  JsonReader nested(text, "resources");
   EXPECT_EQ(nested.status().field(), "resources");
   EXPECT_EQ(nested.status().message(), "must be a JSON object");
 }

@@ -115,7 +115,6 @@ std::vector<const Transaction*> Ledger::ForJob(const std::string& job_id) const 
 
 Status Ledger::Check() const {
   std::unordered_map<std::string, __int128> fresh;
-  __int128 total = 0;
   for (const auto& tx : txs_) {
     __int128 sum = 0;
     for (const auto& e : tx.entries) {
@@ -126,7 +125,6 @@ Status Ledger::Check() const {
       return Status::Internal("transaction " + std::to_string(tx.seq) + " sums to " +
                               FormatCredits(static_cast<Micros>(sum)));
     }
-    total += sum;
   }
   for (const auto& [account, balance] : fresh) {
     if (balance != Balance(account)) {

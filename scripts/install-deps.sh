@@ -10,8 +10,10 @@ packages=(
   python3 procps
   # tests/e2e/first_day_test.cc runs the README's curl example as written
   curl
-  # scripts/check-thread-safety.sh: clang's -Wthread-safety over the server's locks
-  clang
+  # scripts/check-thread-safety.sh: clang's -Wthread-safety over the server's locks;
+  # the sanitizer pass of `make test` (build-asan/): ASan, UBSan and libFuzzer's
+  # runtimes, and the symbolizer that gives their reports file and line
+  clang libclang-rt-14-dev llvm
   # the job sandbox (agent/runtime/sandbox.h) and OCI containers (runtime/oci.h);
   # busybox-static is the image the container tests run
   libseccomp-dev bubblewrap runc busybox-static
