@@ -175,6 +175,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   // Keeps the pins a pinned server announced (its certificate's and its
   // next key's), in memory and in DATA_DIR/server.pins.
   void AdoptServerPins(const std::vector<std::string>& announced);
+  // Saves the node token a heartbeat answer renewed, then calls with it.
+  void AdoptNodeToken(const std::string& token);
   // Destroys runners that are done; returns how many remain.
   size_t ReapDone();
   void StopAll(const std::string& reason);
@@ -557,6 +559,7 @@ void Agent::HeartbeatLoop() {
       if (failing) spdlog::info("heartbeat: server reachable again");
       failing = false;
       if (!work->tls_pins.empty()) AdoptServerPins(work->tls_pins);
+      if (!work->node_token.empty()) AdoptNodeToken(work->node_token);
       HandleWork(*work, "heartbeat");
     } else if (work.status().code() == Code::kUnauthenticated) {
       revoked_ = true;
@@ -571,6 +574,18 @@ void Agent::HeartbeatLoop() {
       return;
     }
   }
+}
+
+void Agent::AdoptNodeToken(const std::string& token) {
+  // Saved before it is used: once the server sees the new one, the old one
+  // ends, and a restart must find the new one on disk. Unsaved, it is not
+  // used, and the server offers another at the next heartbeat.
+  if (Status st = WriteFileAtomic(NodeTokenPath(data_dir_), token + "\n", 0600); !st.ok()) {
+    spdlog::warn("cannot save the renewed node token: {}", st.ToString());
+    return;
+  }
+  server_->set_node_token(token);
+  spdlog::info("node token renewed (saved in {})", NodeTokenPath(data_dir_));
 }
 
 void Agent::AdoptServerPins(const std::vector<std::string>& announced) {

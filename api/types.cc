@@ -843,6 +843,7 @@ json ToJson(const AgentWork& w) {
   }
   json out = {{"assignments", as}, {"cancels", cs}};
   if (!w.tls_pins.empty()) out["tls_pins"] = w.tls_pins;
+  if (!w.node_token.empty()) out["node_token"] = w.node_token;
   return out;
 }
 
@@ -882,6 +883,13 @@ Result<AgentWork> AgentWorkFromJsonImpl(const json& j) {
       }
       w.tls_pins.push_back(p.get<std::string>());
     }
+  }
+  if (j.contains("node_token")) {
+    const json& t = j["node_token"];
+    if (!t.is_string() || t.get<std::string>().rfind("tide_n_", 0) != 0) {
+      return Status::InvalidArgument("must be a node token (tide_n_...)", "node_token");
+    }
+    w.node_token = t.get<std::string>();
   }
   return w;
 }

@@ -297,6 +297,9 @@ struct AgentWork {
   // Heartbeat answers over TLS: the pins of the server's certificate and
   // its next key, which a pinning agent keeps (docs/security.md).
   std::vector<std::string> tls_pins;
+  // Heartbeat answers: the node's new token, when its own nears its end
+  // (docs/security.md, "Tokens"); the agent saves it and calls with it.
+  std::string node_token;
 };
 json ToJson(const AgentWork& w);
 Result<AgentWork> AgentWorkFromJson(const json& j);

@@ -10,6 +10,7 @@
 //                              exists
 //   tide admin join-token ls | revoke ID   the tokens that still work; revoke one
 //   tide admin audit [--since 7d] [-o json]  who did what, when, from where
+//   tide admin token ls [--user U] | revoke ID   users' tokens; revoke a leaked one
 //   tide admin prices set MODEL=CREDITS ... [--spot-discount F] [--fee F]
 //   tide admin prices show     the price list (credits per GPU-hour)
 //   tide admin cards mint --count N --value V [--expires DATE]
@@ -154,6 +155,38 @@ int RunDrain(const std::string& node, bool drain, bool evict) {
                 : evict ? "is draining: its jobs got the notice (node_draining) and will "
                           "resume elsewhere.\n"
                         : "is draining: it keeps its running jobs and takes no new ones.\n");
+  return kExitOk;
+}
+
+int RunUserTokenList(OutputFormat format, const std::string& user) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/tokens" + (user.empty() ? "" : "?user=" + user));
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  json tokens = answer->value("tokens", json::array());
+  if (format == OutputFormat::kJson) {
+    PrintJson(tokens);
+    return kExitOk;
+  }
+  int64_t now = NowMs();
+  Table table({"ID", "USER", "NAME", "SCOPE", "CREATED", "LAST USED", "EXPIRES"});
+  for (const auto& t : tokens) {
+    int64_t used = JsonInt(t, "last_used_at"), expires = JsonInt(t, "expires_at");
+    table.AddRow({JsonString(t, "id"), JsonString(t, "user_id"), JsonString(t, "name"),
+                  JsonString(t, "scope"), FormatAge(now, JsonInt(t, "created_at")) + " ago",
+                  used > 0 ? FormatAge(now, used) + " ago" : "never",
+                  expires == 0 ? "never" : "in " + FormatAge(expires, now)});
+  }
+  std::cout << table.ToString();
+  return kExitOk;
+}
+
+int RunUserTokenRevoke(const std::string& id) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("DELETE", "/v1/admin/tokens/" + id);
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  std::cout << "Token " << id << " revoked: the next request with it is refused.\n";
   return kExitOk;
 }
 
@@ -401,6 +434,19 @@ void AddAdminCommands(CLI::App& app) {
   SetAction(jrevoke, [jrevoke_id] { return RunJoinTokenRevoke(*jrevoke_id); });
 
   AddAdminMoneyCommands(admin, user);
+
+  CLI::App* token = admin->add_subcommand("token", "Users' tokens: list them, revoke a leaked one");
+  token->require_subcommand(1);
+  auto tls_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  auto tls_user = std::make_shared<std::string>();
+  CLI::App* tls = token->add_subcommand("ls", "List users' tokens that still work (never a secret)");
+  tls->add_option("--user", *tls_user, "Only this user's (name or id)");
+  AddOutputFlag(tls, tls_format.get());
+  SetAction(tls, [tls_format, tls_user] { return RunUserTokenList(*tls_format, *tls_user); });
+  auto trevoke_id = std::make_shared<std::string>();
+  CLI::App* trevoke = token->add_subcommand("revoke", "Revoke a user's token: refused at once");
+  trevoke->add_option("id", *trevoke_id, "Its id (ut-…, as tide admin token ls shows)")->required();
+  SetAction(trevoke, [trevoke_id] { return RunUserTokenRevoke(*trevoke_id); });
 
   auto audit_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
   auto audit_since = std::make_shared<std::string>();

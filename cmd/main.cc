@@ -56,6 +56,23 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   AddDurationMs(cmd, "--node-timeout", &opts->node_timeout_ms,
                 "A node whose heartbeats stop this long is lost, e.g. 10s");
+  cmd->add_option_function<std::string>(
+         "--node-token-life",
+         [opts](const std::string& text) {
+           if (text == "never") {
+             opts->node_token_life_ms = 0;
+             return;
+           }
+           auto parsed = cli::ParseDurationMs(text);
+           if (!parsed.ok() || *parsed < 3'000) {
+             throw CLI::ValidationError("--node-token-life",
+                                        "a duration of at least 3s (e.g. 30d), or never");
+           }
+           opts->node_token_life_ms = *parsed;
+         },
+         "How long an agent's node token lives; agents get a new one in a heartbeat once a "
+         "third is left (e.g. 30d, or never)")
+      ->default_str("30d");
   AddDurationMs(cmd, "--low-utilization-window", &opts->low_utilization_window_ms,
                 "A running job whose GPUs average under 10% utilisation this long is flagged "
                 "`low GPU utilisation` in tide status and tide top, e.g. 10m");

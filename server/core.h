@@ -78,6 +78,9 @@ struct CoreOptions {
   // considered lost by the agent and is requeued.
   int64_t report_grace_ms = 10'000;
   int64_t tick_ms = 250;
+  // How long a node token lives; agents get a new one in a heartbeat
+  // answer once a third of it is left. 0: node tokens never expire.
+  int64_t node_token_life_ms = 30LL * 24 * 3'600'000;
   // How often the expected start of queued jobs is re-estimated (a what-if
   // run of the scheduler, off the core thread).
   int64_t estimate_interval_ms = 2'000;
@@ -235,6 +238,12 @@ class Core : private JobState::Listener {
   // Revokes a node's credentials: its token stops working at once, it is
   // lost, and its jobs are requeued (node_revoked).
   Result<api::Node> RevokeNode(const Caller& by, const std::string& id_or_name);
+  // Every user's tokens that still work, or those of `user_id`, for the
+  // operator (never a secret).
+  std::vector<TokenInfo> ListUserTokens(const std::string& user_id) const;
+  // Revokes any user's token by its id ("ut-…"): the operator's answer to
+  // a leaked one. The next request with it is a 401.
+  Status RevokeUserToken(const Caller& by, const std::string& id);
   // The audit log (docs/security.md, "Audit"): entries at or after `since`
   // (unix ms), oldest first; at most `limit`, the newest of them.
   std::vector<AuditEntry> AuditLog(int64_t since, size_t limit) const;
@@ -264,6 +273,9 @@ class Core : private JobState::Listener {
   Result<std::pair<std::string, std::string>> RegisterNode(const Caller& caller,
                                                            const api::RegisterRequest& req);
   Result<api::AgentWork> Heartbeat(const std::string& node_id, const api::Heartbeat& hb);
+  // A new node token for the agent of `caller` (a node token) when its own
+  // nears its end (CoreOptions::node_token_life_ms); "" when none is due.
+  Result<std::string> RenewNodeToken(const Caller& caller);
   // Work not yet handed to this node; waits up to `wait_ms` for some.
   Result<api::AgentWork> PollWork(const std::string& node_id, int64_t wait_ms);
   Status JobEvent(const std::string& node_id, const std::string& job_id, const api::JobEvent& ev);

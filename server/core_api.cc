@@ -290,6 +290,24 @@ Result<std::pair<TokenInfo, std::string>> Core::RotateToken(const Caller& caller
   return out;
 }
 
+std::vector<TokenInfo> Core::ListUserTokens(const std::string& user_id) const {
+  ReaderLock lock(state_mu_);
+  return tokens_.List("user", user_id.empty() ? nullptr : &user_id, clock_->NowMs());
+}
+
+Status Core::RevokeUserToken(const Caller& by, const std::string& id) {
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    const store::TokenRow* row = tokens_.FindId("user", id);
+    if (row == nullptr) return Status::NotFound("no user token " + id + " (tide admin token ls)");
+    TokenInfo revoked = tokens_.Info(*row);
+    tokens_.Revoke(row->hash, batch);
+    audit_.Record(batch, clock_->NowMs(), by, "token.revoke", revoked.id,
+                  {{"user", revoked.subject}, {"name", revoked.name}});
+    return Status::Ok();
+  });
+}
+
 std::vector<AuditEntry> Core::AuditLog(int64_t since, size_t limit) const {
   ReaderLock lock(state_mu_);
   return audit_.List(since, limit);
@@ -509,6 +527,9 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
       store::TokenRow row;
       row.kind = "node";
       row.subject = node_id;
+      if (options_.node_token_life_ms > 0) {
+        row.expires_at = clock_->NowMs() + options_.node_token_life_ms;
+      }
       token = tokens_.Issue("tide_n_", row, clock_->NowMs(), batch);
     }
     NodeEntry* n = jobs_.FindNode(node_id);
@@ -518,6 +539,29 @@ Result<std::pair<std::string, std::string>> Core::RegisterNode(const Caller& cal
   });
   if (!st.ok()) return st;
   return std::make_pair(node_id, token);
+}
+
+Result<std::string> Core::RenewNodeToken(const Caller& caller) {
+  if (caller.scope != Scope::kNode || options_.node_token_life_ms <= 0) return std::string();
+  const int64_t life = options_.node_token_life_ms;
+  constexpr int64_t kGraceMs = 5 * 60'000;  // for requests under way with the old token
+  {
+    // Almost every heartbeat renews nothing: find that out without a command.
+    ReaderLock lock(state_mu_);
+    if (!tokens_.NodeNeedsRenewal(caller.subject, caller.token_id, clock_->NowMs(), life,
+                                  kGraceMs)) {
+      return std::string();
+    }
+  }
+  std::string fresh;
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    fresh = tokens_.RenewNode(caller.subject, caller.token_id, clock_->NowMs(), life, kGraceMs,
+                              batch);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return fresh;
 }
 
 Result<api::AgentWork> Core::Heartbeat(const std::string& node_id, const api::Heartbeat& hb) {

@@ -96,6 +96,7 @@ int RunServer(const ServerOptions& options) {
   }
   CoreOptions core_options;
   core_options.node_timeout_ms = options.node_timeout_ms;
+  core_options.node_token_life_ms = options.node_token_life_ms;
   core_options.report_grace_ms = std::max<int64_t>(options.node_timeout_ms, 5'000);
   core_options.telemetry.low_utilization_window_ms = options.low_utilization_window_ms;
   auto* core = new Core(store->release(), SystemClock::Default(), core_options);

@@ -10,6 +10,8 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7460";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = ".tide/server";  // tide.db, blobs/, admin.token
   int64_t node_timeout_ms = 10'000;       // heartbeats missing this long: node lost
+  // How long a node token lives (renewed in heartbeats); 0: for ever.
+  int64_t node_token_life_ms = 30LL * 24 * 3'600'000;
   // A running job whose GPUs average under 10% utilisation for this long is
   // flagged low_utilization (server/telemetry.h).
   int64_t low_utilization_window_ms = 10 * 60'000;

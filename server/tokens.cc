@@ -115,6 +115,13 @@ const store::TokenRow* Tokens::Find(const std::string& kind, const std::string* 
   return nullptr;
 }
 
+const store::TokenRow* Tokens::FindId(const std::string& kind, const std::string& id) const {
+  for (const auto& [hash, row] : rows_) {
+    if (row.kind == kind && IdOf(row) == id) return &row;
+  }
+  return nullptr;
+}
+
 void Tokens::Revoke(std::string hash, store::WriteBatch& batch) {
   // By value: callers pass a row's own hash, which the erase frees.
   rows_.erase(hash);
@@ -123,6 +130,41 @@ void Tokens::Revoke(std::string hash, store::WriteBatch& batch) {
     used_.erase(hash);
   }
   batch.delete_tokens.push_back(hash);
+}
+
+bool Tokens::NodeNeedsRenewal(const std::string& node_id, const std::string& used_id, int64_t now,
+                              int64_t life_ms, int64_t grace_ms) const {
+  const store::TokenRow* used = FindId("node", used_id);
+  if (used == nullptr || used->subject != node_id) return false;
+  for (const auto& [hash, row] : rows_) {
+    if (row.kind != "node" || row.subject != node_id || hash == used->hash) continue;
+    if (row.created_at > used->created_at) return true;  // a renewal it did not take up
+    if (row.expires_at == 0 || row.expires_at > now + grace_ms) return true;  // to end soon
+  }
+  return used->expires_at == 0 || used->expires_at - now < life_ms / 3;
+}
+
+std::string Tokens::RenewNode(const std::string& node_id, const std::string& used_id, int64_t now,
+                              int64_t life_ms, int64_t grace_ms, store::WriteBatch& batch) {
+  const store::TokenRow* used = FindId("node", used_id);
+  if (used == nullptr || used->subject != node_id) return "";
+  const std::string used_hash = used->hash;
+  const int64_t used_created = used->created_at;
+  std::vector<std::string> newer, older;
+  for (const auto& [hash, row] : rows_) {
+    if (row.kind != "node" || row.subject != node_id || hash == used_hash) continue;
+    (row.created_at > used_created ? newer : older).push_back(hash);
+  }
+  for (const auto& hash : newer) Revoke(hash, batch);  // never used: the agent is on `used`
+  for (const auto& hash : older) ExpireAt(hash, now + grace_ms, batch);
+  const store::TokenRow& current = rows_.at(used_hash);
+  if (current.expires_at != 0 && current.expires_at - now >= life_ms / 3) return "";
+  store::TokenRow row;
+  row.kind = "node";
+  row.subject = node_id;
+  row.expires_at = now + life_ms;
+  // `used` keeps its own end until the agent calls with the new one.
+  return Issue("tide_n_", row, now, batch);
 }
 
 int Tokens::RevokeAll(const std::string& kind, const std::string& subject,

@@ -68,8 +68,27 @@ class Tokens {
   // One of them by name or id; nullptr if none.
   const store::TokenRow* Find(const std::string& kind, const std::string* subject,
                               const std::string& name_or_id) const;
+  // One of a kind by its id only ("ut-…"); nullptr if none.
+  const store::TokenRow* FindId(const std::string& kind, const std::string& id) const;
 
   void Revoke(std::string hash, store::WriteBatch& batch);
+
+  // Whether the node token `used_id` (the one an agent called with) should
+  // be renewed at `now`: it has no end, or less than a third of `life_ms`
+  // left, or a newer token of the node exists that the agent did not take,
+  // or an older one it has moved on from that does not yet end within
+  // `grace_ms`.
+  bool NodeNeedsRenewal(const std::string& node_id, const std::string& used_id, int64_t now,
+                        int64_t life_ms, int64_t grace_ms) const;
+  // Renews a node's credential: tokens issued after `used_id` (renewals the
+  // agent never took up) are revoked, and older ones (that it has moved on
+  // from) end within `grace_ms`, so requests under way finish with them.
+  // If `used_id` has no end or less than a third of `life_ms` left, a new
+  // token living `life_ms` is issued and its secret returned ("" when
+  // nothing was issued); `used_id` keeps its end until the agent calls with
+  // the new one.
+  std::string RenewNode(const std::string& node_id, const std::string& used_id, int64_t now,
+                        int64_t life_ms, int64_t grace_ms, store::WriteBatch& batch);
   // Revokes every token of a subject (a node's, say); returns how many.
   int RevokeAll(const std::string& kind, const std::string& subject, store::WriteBatch& batch);
   void Rename(const std::string& hash, const std::string& name, store::WriteBatch& batch);

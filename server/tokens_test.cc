@@ -3,6 +3,8 @@
 // join tokens that expire and nodes whose credentials are revoked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/testing/core_fixture.h"
 
 namespace tide::server {
@@ -177,6 +179,81 @@ TEST_F(TokensTest, ARevokedNodeLosesItsTokenAndItsJobsRunElsewhere) {
   std::string n2 = AddNode("n2", 1);
   ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->node_id == n2; }));
   EXPECT_EQ(core_->RevokeNode(AdminCaller(), "nope").status().code(), Code::kNotFound);
+}
+
+TEST_F(TokensTest, TheOperatorListsUsersTokensAndRevokesALeakedOne) {
+  auto [alice, alice_main] = NewUser("alice");
+  auto [bob, bob_main] = NewUser("bob");
+  auto ci = core_->CreateToken(alice, "ci", "submit", 0);
+  ASSERT_TRUE(ci.ok());
+  EXPECT_EQ(core_->ListUserTokens("").size(), 3u);
+  auto alices = core_->ListUserTokens(alice.subject);
+  ASSERT_EQ(alices.size(), 2u);
+  for (const TokenInfo& t : alices) EXPECT_EQ(t.subject, alice.subject);
+
+  Caller op = AdminCaller();
+  op.address = "192.0.2.1";
+  ASSERT_TRUE(core_->RevokeUserToken(op, ci->first.id).ok());
+  EXPECT_EQ(core_->Authenticate(ci->second).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(core_->Authenticate(alice_main).ok()) << "only that one";
+  EXPECT_EQ(core_->RevokeUserToken(op, ci->first.id).code(), Code::kNotFound);
+  // By id only: a name is its user's own, and other kinds are not users'.
+  EXPECT_EQ(core_->RevokeUserToken(op, "main").code(), Code::kNotFound);
+  auto join = core_->CreateJoinToken(AdminCaller());
+  ASSERT_TRUE(join.ok());
+  EXPECT_EQ(core_->RevokeUserToken(op, core_->ListJoinTokens().at(0).id).code(), Code::kNotFound);
+
+  auto log = core_->AuditLog(0, 100);
+  auto it = std::find_if(log.begin(), log.end(),
+                         [](const AuditEntry& e) { return e.action == "token.revoke"; });
+  ASSERT_NE(it, log.end());
+  EXPECT_EQ(it->actor, "admin");
+  EXPECT_EQ(it->address, "192.0.2.1");
+  EXPECT_EQ(it->target, ci->first.id);
+  EXPECT_EQ(it->detail["user"], alice.subject);
+}
+
+TEST_F(TokensTest, NodeTokensExpireAndAreRenewedInTime) {
+  constexpr int64_t kDay = 24 * 3'600'000LL;  // the fixture's life: the default 30 days
+  auto join = core_->CreateJoinToken(AdminCaller());
+  auto reg = core_->RegisterNode(*core_->Authenticate(*join), Machine("n1", 1));
+  ASSERT_TRUE(reg.ok());
+  const std::string first = reg->second;
+  auto as_first = core_->Authenticate(first);
+  ASSERT_TRUE(as_first.ok());
+  EXPECT_EQ(*core_->RenewNodeToken(*as_first), "") << "a fresh token is not renewed";
+
+  clock_.Advance(21 * kDay);  // less than a third left
+  auto renewed = core_->RenewNodeToken(*as_first);
+  ASSERT_TRUE(renewed.ok());
+  ASSERT_EQ(renewed->rfind("tide_n_", 0), 0u);
+  const std::string second = *renewed;
+  EXPECT_TRUE(core_->Authenticate(first).ok()) << "the old one works until the new one is used";
+
+  // The agent lost the answer (it restarted, say) and calls with the old
+  // token again: the unused renewal is dropped and another one issued.
+  auto again = core_->RenewNodeToken(*as_first);
+  ASSERT_TRUE(again.ok());
+  ASSERT_FALSE(again->empty());
+  EXPECT_FALSE(core_->Authenticate(second).ok()) << "the renewal it never took up";
+  const std::string third = *again;
+
+  // It calls with the new one: the old one ends after a short grace.
+  auto as_third = core_->Authenticate(third);
+  ASSERT_TRUE(as_third.ok());
+  EXPECT_EQ(as_third->subject, reg->first);
+  EXPECT_EQ(*core_->RenewNodeToken(*as_third), "");
+  EXPECT_TRUE(core_->Authenticate(first).ok()) << "requests under way finish";
+  clock_.Advance(6 * 60'000);
+  EXPECT_EQ(core_->Authenticate(first).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(core_->Authenticate(third).ok());
+
+  // One never renewed ends with its life.
+  clock_.Advance(31 * kDay);
+  EXPECT_EQ(core_->Authenticate(third).status().code(), Code::kUnauthenticated);
+  // User tokens are not node tokens.
+  Caller alice = User("alice");
+  EXPECT_EQ(*core_->RenewNodeToken(alice), "");
 }
 
 }  // namespace

@@ -135,6 +135,27 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     if (!node.ok()) return ErrorResponse(node.status());
     return JsonResponse(200, api::ToJson(*node));
   }
+  if (seg.size() == 3 && seg[2] == "tokens" && req.method == "GET") {
+    // Users' tokens: all, or one user's (?user=NAME or ID).
+    std::string user_id;
+    if (std::string user = req.Query("user"); !user.empty()) {
+      auto id = core_->FindUser(user);
+      if (!id.ok()) return ErrorResponse(Status::InvalidArgument("no user " + user, "user"));
+      user_id = *id;
+    }
+    json list = json::array();
+    for (const TokenInfo& t : core_->ListUserTokens(user_id)) {
+      json j = TokenJson(t);
+      j["user_id"] = t.subject;
+      if (!j.contains("scope")) j["scope"] = "full";
+      list.push_back(j);
+    }
+    return JsonResponse(200, {{"tokens", list}});
+  }
+  if (seg.size() == 4 && seg[2] == "tokens" && req.method == "DELETE") {
+    if (Status st = core_->RevokeUserToken(caller, seg[3]); !st.ok()) return ErrorResponse(st);
+    return JsonResponse(200, {{"revoked", seg[3]}});
+  }
   if (seg.size() == 3 && seg[2] == "audit" && req.method == "GET") {
     auto since = QueryInt(req, "since", 0, 0, int64_t{1} << 50);
     if (!since.ok()) return ErrorResponse(since.status());

@@ -39,6 +39,9 @@ Response Api::Agent(const Request& req, const Caller& caller, const Segments& se
     auto work = core_->Heartbeat(node_id, *hb);
     if (!work.ok()) return ErrorResponse(work.status());
     work->tls_pins = tls_pins();
+    auto renewed = core_->RenewNodeToken(caller);
+    if (!renewed.ok()) return ErrorResponse(renewed.status());
+    work->node_token = *renewed;
     return JsonResponse(200, api::ToJson(*work));
   }
   if (seg.size() == 3 && seg[2] == "assignments" && req.method == "GET") {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include <csignal>
 
@@ -148,6 +150,27 @@ TEST_F(TokensE2eTest, TheOperatorRevokesJoinTokensAndNodes) {
       << ReadAll(cluster_.dir() + "/agent-a1.log");
   (void)alice->CancelJob(id);
 
+  // A user's token leaked: the operator finds it and revokes it.
+  std::string leaked = Create({"--name", "leaked", "--scope", "read"});
+  CliResult users = cluster_.Cli({"admin", "token", "ls", "--user", "alice", "-o", "json"}, admin);
+  ASSERT_EQ(users.exit_code, 0) << users.err;
+  json tokens = json::parse(users.out, nullptr, false);
+  ASSERT_TRUE(tokens.is_array()) << users.out;
+  std::string leaked_id;
+  for (const auto& t : tokens) {
+    if (t.value("name", "") == "leaked") leaked_id = t.value("id", "");
+  }
+  ASSERT_EQ(leaked_id.rfind("ut-", 0), 0u) << users.out;
+  EXPECT_EQ(users.out.find(leaked.substr(7)), std::string::npos) << "never a secret";
+  CliResult table_ls = cluster_.Cli({"admin", "token", "ls"}, admin);
+  EXPECT_NE(table_ls.out.find("leaked"), std::string::npos) << table_ls.out;
+  ASSERT_EQ(cluster_.Cli({"admin", "token", "revoke", leaked_id}, admin).exit_code, 0);
+  EXPECT_NE(cluster_.Cli({"ls"}, leaked).exit_code, 0);
+  EXPECT_EQ(cluster_.Cli({"ls"}, token_).exit_code, 0);
+  CliResult unknown = cluster_.Cli({"admin", "token", "revoke", "ut-000000000000"}, admin);
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("no user token"), std::string::npos) << unknown.err;
+
   // All of it is in the audit log: who, what, from where; no secret.
   CliResult audit = cluster_.Cli({"admin", "audit", "--since", "1h", "-o", "json"}, admin);
   ASSERT_EQ(audit.exit_code, 0) << audit.err;
@@ -161,7 +184,7 @@ TEST_F(TokensE2eTest, TheOperatorRevokesJoinTokensAndNodes) {
     EXPECT_EQ(e.value("token", "").rfind("at-", 0), 0u) << e.dump();
   }
   for (const char* action : {"join_token.create", "join_token.revoke", "node.drain", "node.undrain",
-                             "node.revoke"}) {
+                             "node.revoke", "token.revoke"}) {
     EXPECT_NE(std::find(actions.begin(), actions.end(), action), actions.end()) << action;
   }
   EXPECT_EQ(audit.out.find(join.value("token", "?")), std::string::npos);
@@ -173,6 +196,31 @@ TEST_F(TokensE2eTest, TheOperatorRevokesJoinTokensAndNodes) {
   EXPECT_NE(bad.err.find("since"), std::string::npos) << bad.err;
   CliResult user = cluster_.Cli({"admin", "audit"}, token_);
   EXPECT_NE(user.exit_code, 0) << "a user's token does not read the audit log";
+}
+
+TEST(NodeTokenE2eTest, AnAgentRenewsItsNodeTokenBeforeItEnds) {
+  Cluster cluster;
+  cluster.StartServer({"--node-token-life", "6s"});
+  cluster.StartAgent("a1", "1xRTX4090:24GB");
+  const std::string path = cluster.dir() + "/agent-a1/node.token";
+  const std::string first = ReadAll(path);
+  ASSERT_EQ(first.rfind("tide_n_", 0), 0u) << first;
+  // Past the first token's life: the agent is still here, on a newer token.
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  EXPECT_TRUE(cluster.agent("a1").Running()) << ReadAll(cluster.dir() + "/agent-a1.log");
+  EXPECT_NE(ReadAll(path), first);
+  EXPECT_NE(ReadAll(cluster.dir() + "/agent-a1.log").find("node token renewed"), std::string::npos);
+  auto alice = cluster.ClientFor(cluster.NewUser("alice"));
+  std::string id = SubmitOk(*alice, {{"command", {"true"}}});
+  EXPECT_TRUE(Eventually([&] {
+    auto j = alice->GetJob(id);
+    return j.ok() && j->status == api::JobStatus::kCompleted;
+  }));
+  CliResult bad = cluster.Cli({"server", "--listen", "127.0.0.1:1", "--data-dir",
+                               cluster.dir() + "/bad", "--node-token-life", "soon"},
+                              "");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE((bad.out + bad.err).find("--node-token-life"), std::string::npos) << bad.err;
 }
 
 }  // namespace
