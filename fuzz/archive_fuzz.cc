@@ -4,6 +4,8 @@
 // files and directories is written, and a refused archive leaves nothing.
 #include <stdlib.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -19,6 +21,12 @@ const fs::path& Root() {
   static const fs::path root = [] {
     std::string tmpl = (fs::temp_directory_path() / "tide-archive-fuzz-XXXXXX").string();
     Check(mkdtemp(tmpl.data()) != nullptr, "mkdtemp");
+    // Removed at exit; a plain pointer, so that it outlives every static.
+    static const char* dir = strdup(tmpl.c_str());
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    });
     return fs::path(tmpl);
   }();
   return root;

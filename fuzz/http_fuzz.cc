@@ -15,6 +15,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -48,6 +50,12 @@ struct Server {
     spdlog::set_level(spdlog::level::off);
     std::string tmpl = (fs::temp_directory_path() / "tide-http-fuzz-XXXXXX").string();
     Check(mkdtemp(tmpl.data()) != nullptr, "mkdtemp");
+    // Removed at exit; a plain pointer, so that it outlives every static.
+    static const char* dir = strdup(tmpl.c_str());
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    });
     blobs = std::make_unique<tide::server::BlobStore>(tmpl + "/blobs");
     Check(blobs->Init().ok(), "blob store");
     core = std::make_unique<tide::server::Core>(store.get(), tide::SystemClock::Default(),
