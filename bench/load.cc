@@ -47,48 +47,17 @@
 
 #include "api/client.h"
 #include "api/http_client.h"
+#include "bench/processes.h"
 #include "common/paths.h"
 #include "common/tls.h"
 
 using namespace tide;
+using tide::bench::Percentile;
+using tide::bench::Spawn;
+using tide::bench::Stop;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  fflush(stdout);  // else the child's freopen writes what is buffered again
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stdout);
-    (void)f;
-    dup2(1, 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-void Stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  for (int i = 0; i < 200; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
-    usleep(50'000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
 
 struct Options {
   std::string tide_bin;
@@ -470,14 +439,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "--connections, --jobs and --rounds must be at least 1, --latency-jobs at least 0\n");
     return 2;
   }
-  if (o.tide_bin.empty()) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = '\0';
-    std::string dir = self;
-    dir = dir.substr(0, dir.rfind('/'));
-    o.tide_bin = dir + "/../tide";
-  }
+  if (o.tide_bin.empty()) o.tide_bin = tide::bench::DefaultTideBinary();
   if (o.flood != 0) {
     if (o.flood < 1 || o.steady_rate < 2 || o.seconds < 1) {
       fprintf(stderr, "--flood must be at least 1, --steady-rate at least 2, --seconds at least 1\n");
