@@ -108,17 +108,13 @@ bool RunOnce(const Options& o, bool tls, Figures* figures) {
   auto connect = [&](const std::string& token) {
     return std::move(api::Client::Create(url, token, trust)).value();
   };
-  auto probe = connect("");
-  for (int i = 0; i < 200 && !probe->Health().ok(); ++i) usleep(50'000);
-  auto admin_token = ReadFile(dir + "/server/admin.token");
-  if (!admin_token.ok() || !probe->Health().ok()) {
-    fprintf(stderr, "server did not start; see %s/server.log\n", dir.c_str());
+  auto admin_token = tide::bench::AwaitServer(*connect(""), dir + "/server", dir + "/server.log");
+  if (!admin_token.ok()) {
+    fprintf(stderr, "%s\n", admin_token.status().message().c_str());
     Stop(server);
     return false;
   }
-  std::string tok = *admin_token;
-  tok.erase(tok.find_last_not_of("\n") + 1);
-  auto admin = connect(tok);
+  auto admin = connect(*admin_token);
   std::string user = admin->CreateUser("load")->token;
   if (priced) {
     // H100 at 2 credits per GPU-hour, and plenty of credit: each submission
@@ -278,17 +274,13 @@ bool RunFlood(const Options& o) {
   auto connect = [&](const std::string& token) {
     return std::move(api::Client::Create(url, token, api::TlsTrust{})).value();
   };
-  auto probe = connect("");
-  for (int i = 0; i < 200 && !probe->Health().ok(); ++i) usleep(50'000);
-  auto admin_token = ReadFile(dir + "/server/admin.token");
-  if (!admin_token.ok() || !probe->Health().ok()) {
-    fprintf(stderr, "server did not start; see %s/server.log\n", dir.c_str());
+  auto admin_token = tide::bench::AwaitServer(*connect(""), dir + "/server", dir + "/server.log");
+  if (!admin_token.ok()) {
+    fprintf(stderr, "%s\n", admin_token.status().message().c_str());
     Stop(server);
     return false;
   }
-  std::string tok = *admin_token;
-  tok.erase(tok.find_last_not_of("\n") + 1);
-  auto admin = connect(tok);
+  auto admin = connect(*admin_token);
   std::string steady_token = admin->CreateUser("steady")->token;
   std::string flood_token = admin->CreateUser("flood")->token;
   const nlohmann::json spec = {{"name", "load"},

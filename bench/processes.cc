@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/paths.h"
+
 namespace tide::bench {
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, bool append) {
@@ -44,6 +46,18 @@ void Kill(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+}
+
+Result<std::string> AwaitServer(api::Client& probe, const std::string& data_dir,
+                                const std::string& log) {
+  for (int i = 0; i < 200 && !probe.Health().ok(); ++i) usleep(50'000);
+  auto token = ReadFile(data_dir + "/admin.token");
+  if (!token.ok() || !probe.Health().ok()) {
+    return Status::Unavailable("the server did not start; see " + log);
+  }
+  std::string t = *token;
+  t.erase(t.find_last_not_of("\n") + 1);
+  return t;
 }
 
 std::string DefaultTideBinary() {

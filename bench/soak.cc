@@ -137,15 +137,13 @@ int main(int argc, char** argv) {
   auto connect = [&](const std::string& token) {
     return std::move(api::Client::Create(url, token, api::TlsTrust{})).value();
   };
-  auto probe = connect("");
-  for (int i = 0; i < 200 && !probe->Health().ok(); ++i) usleep(50'000);
-  auto admin_file = ReadFile(dir + "/server/admin.token");
-  if (!admin_file.ok() || !probe->Health().ok()) {
-    fprintf(stderr, "the server did not start; see %s/server.log\n", dir.c_str());
+  auto admin_token = bench::AwaitServer(*connect(""), dir + "/server", server.log);
+  if (!admin_token.ok()) {
+    fprintf(stderr, "%s\n", admin_token.status().message().c_str());
     server.Stop();
     return 1;
   }
-  std::vector<std::string> secrets = {Trim(*admin_file)};
+  std::vector<std::string> secrets = {*admin_token};
   auto admin = connect(secrets[0]);
   // Jobs cost money: RTX4090 at 1 credit per GPU-hour; each user has credit.
   (void)admin->Call("POST", "/v1/admin/prices", json{{"per_gpu_hour", {{"RTX4090", "1"}}}});
