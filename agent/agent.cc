@@ -221,6 +221,13 @@ Status Agent::Setup(SignalWatcher* signals) {
   }
   data_dir_ = fs::absolute(options_.data_dir).lexically_normal().string();
   while (data_dir_.size() > 1 && data_dir_.back() == '/') data_dir_.pop_back();
+  // Attempts a previous run of the agent left (it was killed, or gave
+  // jobs up on a second signal): the server has ended them or delivers
+  // them again to start clean, so nothing of them is kept.
+  for (const auto& entry : fs::directory_iterator(data_dir_ + "/jobs", ec)) {
+    spdlog::info("removing {} left by an earlier run", entry.path().string());
+    fs::remove_all(entry.path(), ec);
+  }
   fs::create_directories(data_dir_ + "/jobs", ec);
 
   char host[256] = {};

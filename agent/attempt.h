@@ -70,6 +70,9 @@ struct AttemptState {
   std::atomic<bool> rejected{false};
   std::atomic<bool> process_finished{false};
   std::atomic<bool> done{false};
+  // The server acknowledged the exit (with the log, outputs and checkpoint
+  // before it), or no longer wants the attempt: its directory goes.
+  std::atomic<bool> wipe{false};
 };
 
 // The server no longer wants the job (404, 409).

@@ -128,6 +128,7 @@ std::map<std::string, std::string> BuildJobEnv(const api::Job& job, const api::G
                                                const std::vector<api::Gpu>& node_gpus,
                                                const std::string& node_name) {
   Env env = job.spec.env;
+  for (const auto& [name, value] : job.spec.secrets) env[name] = value;
   AddGpuVars(job, node_gpus, &env);
   AddTideVars(job, paths, &env);
   AddGangVars(job, gang, &env);

@@ -59,8 +59,10 @@ TEST(BuildJobEnv, TheAgentsVariablesWinOverTheSpecs) {
   job.id = "j-2";
   job.attempt = 1;
   job.spec.env = {{"TIDE_JOB_ID", "spoofed"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
+  job.spec.secrets = {{"HF_TOKEN", "hf_abc"}, {"TIDE_ATTEMPT", "spoofed"}};
   JobPaths paths = PathsFor("/d", job.id, job.attempt);
   auto env = BuildJobEnv(job, {}, paths, FourGpus());
+  EXPECT_EQ(env["HF_TOKEN"], "hf_abc") << "secrets are environment like env";
   EXPECT_EQ(env["TIDE_JOB_ID"], "j-2");
   EXPECT_EQ(env["TIDE_ATTEMPT"], "1");
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");

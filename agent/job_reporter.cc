@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "agent/log_shipper.h"
 #include "common/archive.h"
@@ -57,6 +59,26 @@ int64_t CompleteLinesEnd(int fd, int64_t from) {
   return nl == std::string::npos ? from : from + static_cast<int64_t>(nl) + 1;
 }
 
+// Deletes everything of the attempt on this node (its root and all under
+// it: what the job wrote, its code, log and metric lines), and the job's
+// directory if no other attempt is left in it.
+void WipeAttempt(const JobPaths& paths) {
+  std::error_code ec;
+  fs::remove_all(paths.root, ec);
+  if (ec) spdlog::warn("remove {}: {}", paths.root, ec.message());
+  fs::remove(fs::path(paths.root).parent_path(), ec);
+}
+
+// The secrets' values the job's log and metric lines are masked with; the
+// shortest are given to the job but not masked (api/types.h).
+std::vector<std::string> MaskedSecrets(const api::JobSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : spec.secrets) {
+    if (value.size() >= api::kMinMaskedSecret) out.push_back(value);
+  }
+  return out;
+}
+
 }  // namespace
 
 JobReporter::JobReporter(const api::Job& job, const JobPaths& paths, const RunnerDeps& deps,
@@ -68,6 +90,7 @@ void JobReporter::MarkRejected(const std::string& what, const Status& st) {
   spdlog::warn("job {} attempt {}: the server no longer wants it ({}: {}): killing it", job_.id,
                job_.attempt, what, st.ToString());
   state_->rejected = true;
+  state_->wipe = true;
   state_->Stop("rejected", 0);
 }
 
@@ -100,6 +123,8 @@ void JobReporter::Run() {
   auto finish = [this] {
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->cv.wait(lock, [this] { return state_->outcome_ready; });
+    // The job has exited; what it left goes before the attempt is done.
+    if (state_->wipe) WipeAttempt(paths_);
     state_->done = true;
   };
 
@@ -130,14 +155,15 @@ void JobReporter::Run() {
         if (st.code() == Code::kConflict) {
           spdlog::error(
               "job {} attempt {}: the server refused log bytes at offset {} ({}); "
-              "no more log is shipped, the full log stays in {}",
-              job_.id, job_.attempt, offset, st.message(), paths_.log);
+              "no more log is shipped",
+              job_.id, job_.attempt, offset, st.message());
           log_broken = true;
           return Status::Ok();
         }
         return st;
       },
       kMaxLogPost);
+  shipper.set_masks(MaskedSecrets(job_.spec));
   // Metric lines go the same way as the log, complete lines only; a line
   // the server refuses ends the metrics, not the job.
   // Never blocking, never through a link: the job owns the directory and
@@ -165,6 +191,7 @@ void JobReporter::Run() {
         return st;
       },
       kMaxLogPost);
+  metrics.set_masks(MaskedSecrets(job_.spec));
   struct CloseFd {
     int fd;
     ~CloseFd() {
@@ -199,13 +226,13 @@ void JobReporter::Run() {
     }
     int64_t metrics_end = CompleteLinesEnd(metrics_fd, metrics.sent());
     if (metrics_end > metrics.sent()) {
-      Status st = metrics.Ship(metrics_end);
+      Status st = metrics.Ship(metrics_end, /*complete=*/true);  // whole lines
       if (IsRejection(st)) {
         MarkRejected("ship metrics", st);
         return finish();
       }
     }
-    if (state_->log_written == shipper.sent()) continue;
+    if (!shipper.HasToSend(state_->log_written)) continue;
     Status st = shipper.Ship(state_->log_written);
     if (st.ok()) {
       backoff = deps_.min_backoff_ms;
@@ -227,12 +254,12 @@ void JobReporter::Run() {
     std::lock_guard<std::mutex> lock(state_->mu);
     outcome = state_->outcome;
   }
-  Call c = Retry("ship log", [&] { return shipper.Ship(state_->log_written); });
+  Call c = Retry("ship log", [&] { return shipper.Ship(state_->log_written, /*complete=*/true); });
   if (c == Call::kOk) {
     c = Retry("ship metrics", [&] {
       int64_t end;
       while ((end = CompleteLinesEnd(metrics_fd, metrics.sent())) > metrics.sent()) {
-        TIDE_RETURN_IF_ERROR(metrics.Ship(end));
+        TIDE_RETURN_IF_ERROR(metrics.Ship(end, /*complete=*/true));
       }
       return Status::Ok();
     });
@@ -255,11 +282,8 @@ void JobReporter::Run() {
     if (c == Call::kOk) {
       spdlog::info("job {} attempt {}: reported exit (exit_code {}, reason \"{}\")", job_.id,
                    job_.attempt, outcome.exit_code.value_or(-1), outcome.reason);
-      // The server has the outputs and the checkpoint now; the log stays.
-      std::error_code ec;
-      fs::remove_all(paths_.work, ec);
-      fs::remove_all(paths_.output, ec);
-      fs::remove_all(paths_.checkpoint, ec);
+      // The server has the log, the outputs and the checkpoint now.
+      state_->wipe = true;
     }
   }
   finish();

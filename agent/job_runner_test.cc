@@ -105,8 +105,9 @@ TEST_F(JobRunnerTest, RunsTheJobAndReportsItsExit) {
   EXPECT_EQ(events[1].exit_code, 3);
   EXPECT_EQ(events[1].reason, "");
   EXPECT_EQ(server_.Log("j-1", 1), "hello\nbye\n");
-  EXPECT_FALSE(fs::exists(dir_ + "/jobs/j-1/1/work"));  // cleaned once acknowledged
-  EXPECT_TRUE(fs::exists(dir_ + "/jobs/j-1/1/log"));
+  // Acknowledged: nothing of the job is left on the node.
+  EXPECT_FALSE(fs::exists(dir_ + "/jobs/j-1"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/jobs"));
 }
 
 TEST_F(JobRunnerTest, StopGivesNoticeThenSigtermThenKillsAfterTheGrace) {
@@ -216,6 +217,7 @@ TEST_F(JobRunnerTest, ARejectedJobIsKilledAndNotReported) {
   ASSERT_TRUE(WaitDone());
   EXPECT_GE(job->kill_trees(), 1);
   EXPECT_EQ(server_.Events("j-gone").size(), 1u);  // "running" only
+  EXPECT_FALSE(fs::exists(dir_ + "/jobs/j-gone")) << "a job the server gave up leaves nothing";
 }
 
 TEST_F(JobRunnerTest, OutputsCheckpointAndCompleteMetricLinesAreUploaded) {

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace tide::agent {
 namespace {
@@ -98,6 +100,88 @@ TEST_F(LogShipperTest, ErrorsKeepBytesPending) {
   EXPECT_TRUE(st.IsNotFound());
   EXPECT_EQ(shipper.sent(), 0);
   EXPECT_EQ(calls, 1);
+}
+
+// What the server must end with: every occurrence of every value in the
+// whole text overwritten, found in the text as written.
+std::string MaskedWhole(const std::string& text, const std::vector<std::string>& masks) {
+  std::string out = text;
+  for (const std::string& m : masks) {
+    for (size_t at = text.find(m); at != std::string::npos; at = text.find(m, at + 1)) {
+      std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(at), m.size(), '*');
+    }
+  }
+  return out;
+}
+
+TEST_F(LogShipperTest, MasksSecretsAndKeepsOffsets) {
+  FakeServerLog server;
+  LogShipper shipper(fd_, [&](int64_t off, std::string_view d) { return server.Post(off, d); });
+  shipper.set_masks({"hf_s3cret", "", "pa55word"});
+  Append("token=hf_s3cret and pa55word twice: hf_s3cret\n");
+  ASSERT_TRUE(shipper.Ship(written_, /*complete=*/true).ok());
+  EXPECT_EQ(server.data, "token=********* and ******** twice: *********\n");
+  EXPECT_EQ(shipper.sent(), written_);
+}
+
+TEST_F(LogShipperTest, HoldsBackWhatMayBeginASecret) {
+  FakeServerLog server;
+  LogShipper shipper(fd_, [&](int64_t off, std::string_view d) { return server.Post(off, d); });
+  shipper.set_masks({"hf_s3cret"});
+  Append("the token is hf_s3");
+  ASSERT_TRUE(shipper.Ship(written_).ok());
+  EXPECT_EQ(server.data, "the token ");  // 8 bytes (the longest value - 1) wait
+  EXPECT_TRUE(shipper.HasToSend(written_, /*complete=*/true));
+  EXPECT_FALSE(shipper.HasToSend(written_));
+  Append("cret, it is\n");
+  ASSERT_TRUE(shipper.Ship(written_, /*complete=*/true).ok());
+  EXPECT_EQ(server.data, "the token is *********, it is\n");
+}
+
+TEST_F(LogShipperTest, MasksAcrossChunksAndRetries) {
+  FakeServerLog server;
+  LogShipper shipper(
+      fd_, [&](int64_t off, std::string_view d) { return server.Post(off, d); }, 3);
+  shipper.set_masks({"abcdefgh", "efghij"});  // overlapping values are both masked
+  Append("xxabcdefghijyy");
+  server.fail_next = 2;
+  Status st = shipper.Ship(written_, true);
+  while (!st.ok()) st = shipper.Ship(written_, true);
+  EXPECT_EQ(server.data, "xx**********yy");
+}
+
+// Random text, random values planted in it, random appends, chunk sizes and
+// failures: the server ends with exactly the text masked as a whole.
+TEST_F(LogShipperTest, MasksWhateverTheSplits) {
+  for (int seed = 1; seed <= 40; ++seed) {
+    std::srand(static_cast<unsigned>(seed));
+    ASSERT_EQ(ftruncate(fd_, 0), 0);
+    ASSERT_EQ(lseek(fd_, 0, SEEK_SET), 0);
+    written_ = 0;
+    std::vector<std::string> masks = {"SECRET", "s3cr3t-value-long", "ab"};
+    std::string text;
+    while (text.size() < 3000) {
+      if (std::rand() % 5 == 0) text += masks[static_cast<size_t>(std::rand()) % masks.size()];
+      else text += static_cast<char>("abcSs3-\n"[std::rand() % 8]);
+    }
+    FakeServerLog server;
+    LogShipper shipper(
+        fd_,
+        [&](int64_t off, std::string_view d) { return server.Post(off, d); },
+        static_cast<size_t>(1 + std::rand() % 64));
+    shipper.set_masks(masks);
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t n = std::min(text.size() - at, static_cast<size_t>(1 + std::rand() % 200));
+      Append(text.substr(at, n));
+      at += n;
+      server.fail_next = std::rand() % 2;
+      (void)shipper.Ship(written_);
+    }
+    Status st = shipper.Ship(written_, true);
+    while (!st.ok()) st = shipper.Ship(written_, true);
+    ASSERT_EQ(server.data, MaskedWhole(text, masks)) << "seed " << seed;
+  }
 }
 
 }  // namespace

@@ -187,13 +187,36 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     if (!v->empty() && (*v)[0].empty()) r.Fail("command[0]", "must not be empty");
     spec.command = *v;
   }
+  auto env_name = [](const std::string& k) {
+    bool ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
+    for (char c : k) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    return ok;
+  };
   if (auto v = r.StringMap("env")) {
     for (auto& [k, val] : *v) {
-      bool ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
-      for (char c : k) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-      if (!ok) r.Fail("env." + k, "is not a valid environment variable name");
+      if (!env_name(k)) r.Fail("env." + k, "is not a valid environment variable name");
     }
     spec.env = *v;
+  }
+  if (const json* secrets = r.Raw("secrets"); secrets != nullptr && secrets->is_object()) {
+    // A secret left without a value (null) is one the client was to fill
+    // in (tide submit --secret NAME); say so rather than "must be a string".
+    for (auto& [k, val] : secrets->items()) {
+      if (val.is_null()) {
+        r.Fail("secrets." + k, "has no value: give it with tide submit --secret " + k);
+      }
+    }
+  }
+  if (auto v = r.StringMap("secrets")) {
+    if (v->size() > kMaxSecrets) r.Fail("secrets", "at most " + std::to_string(kMaxSecrets) + " secrets");
+    for (auto& [k, val] : *v) {
+      if (!env_name(k)) r.Fail("secrets." + k, "is not a valid environment variable name");
+      else if (spec.env.count(k)) r.Fail("secrets." + k, "is also in env: give it in one of them");
+      else if (val.empty()) r.Fail("secrets." + k, "must not be empty");
+      else if (val.size() > kMaxSecretBytes) r.Fail("secrets." + k, "is longer than 64 KiB");
+      else if (val.find('\0') != std::string::npos) r.Fail("secrets." + k, "must not contain NUL");
+    }
+    spec.secrets = *v;
   }
   if (const json* res = r.Object("resources")) {
     JsonReader rr(*res, "resources");
@@ -386,7 +409,14 @@ json ToJson(const JobSpec& s) {
     for (const auto& d : s.depends_on) deps.push_back({{"job", d.job}, {"condition", d.condition}});
     j["depends_on"] = deps;
   }
+  if (!s.secrets.empty()) j["secrets"] = s.secrets;
   return j;
+}
+
+json SecretNames(const std::map<std::string, std::string>& secrets) {
+  json names = json::array();
+  for (const auto& [name, value] : secrets) names.push_back(name);
+  return names;
 }
 
 // ---------------------------------------------------------------- Job
@@ -493,6 +523,7 @@ void AddTrialAndCheckpoint(const Job& job, json& j) {
 
 json ToJson(const Job& job) {
   json j = ToJson(job.spec);
+  if (!job.spec.secrets.empty()) j["secrets"] = SecretNames(job.spec.secrets);
   j["id"] = job.id;
   j["owner"] = job.owner;
   j["status"] = JobStatusName(job.status);
@@ -534,9 +565,25 @@ Result<Job> JobFromJsonImpl(const json& j) {
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
   if (spec.contains("max_runtime") && spec["max_runtime"] == 0) spec.erase("max_runtime");
+  // Secrets: an assignment carries their values, a record or an answer
+  // only their names.
+  std::map<std::string, std::string> names;
+  if (auto it = j.find("secrets"); it != j.end()) {
+    if (it->is_object()) {
+      spec["secrets"] = *it;
+    } else if (it->is_array()) {
+      for (const json& n : *it) {
+        if (!n.is_string()) return Status::InvalidArgument("must be a list of names", "secrets");
+        names[n.get<std::string>()] = "";
+      }
+    } else {
+      return Status::InvalidArgument("must be a list of names", "secrets");
+    }
+  }
   auto parsed = JobSpecFromJson(spec);
   if (!parsed.ok()) return parsed.status().WithContext("job record");
   job.spec = std::move(parsed).value();
+  if (!names.empty()) job.spec.secrets = std::move(names);
   job.id = j.value("id", "");
   job.owner = j.value("owner", "");
   auto st = ParseJobStatus(j.value("status", "queued"));

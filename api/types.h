@@ -59,6 +59,11 @@ struct JobSpec {
   std::string image = "host";
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
+  // Given to the job as environment like `env`, but never shown: the API
+  // and the job's record carry only their names, the server keeps the
+  // values in a table of their own until the job ends, and the agent masks
+  // them in the job's log (docs/security.md, "Secrets").
+  std::map<std::string, std::string> secrets;
   Resources resources;
   int64_t max_runtime_s = 0;  // 0 = no limit
   int64_t grace_s = 30;       // notice before SIGKILL on cancel/timeout
@@ -95,10 +100,18 @@ struct JobSpec {
 inline constexpr int kMaxPriority = 1000;
 inline constexpr int kMaxRetryTimes = 100;
 inline constexpr size_t kMaxDependencies = 64;
+inline constexpr size_t kMaxSecrets = 64;
+inline constexpr size_t kMaxSecretBytes = 64 << 10;
+// Secrets shorter than this are given to the job but not masked in its log:
+// masking every "1" or "ab" would mangle the log and hide nothing.
+inline constexpr size_t kMinMaskedSecret = 4;
 
 // Strict parse of a client's spec (JSON body of POST /v1/jobs).
 Result<JobSpec> JobSpecFromJson(const json& j);
+// With the secrets' values: what a client submits and an agent is handed.
 json ToJson(const JobSpec& spec);
+// The names of a spec's secrets, for records and answers ("secrets": [...]).
+json SecretNames(const std::map<std::string, std::string>& secrets);
 
 // One node of a gang attempt; its index in Attempt::ranks is its rank.
 struct Rank {
@@ -179,8 +192,11 @@ struct Job {
   int64_t checkpoint_bytes = 0;
   int64_t checkpoint_at = 0;
 };
+// A job as the API answers it and the store records it: its secrets by name
+// only, never their values.
 json ToJson(const Job& job);
-// Reads back what ToJson wrote (store records, client responses).
+// Reads back what ToJson wrote (store records, client responses): secrets
+// as names (values "") or, in an assignment, names and values.
 Result<Job> JobFromJson(const json& j);
 
 struct Gpu {

@@ -239,6 +239,42 @@ TEST(JobSpecFromJson, Env) {
   ExpectBad(Spec({{"env", {"A=B"}}}), "env");
 }
 
+TEST(JobSpecFromJson, Secrets) {
+  JobSpec s = Parse(Spec({{"secrets", {{"HF_TOKEN", "hf_abc"}}}, {"env", {{"A", "1"}}}}));
+  EXPECT_EQ(s.secrets.at("HF_TOKEN"), "hf_abc");
+  EXPECT_EQ(ToJson(s)["secrets"]["HF_TOKEN"], "hf_abc") << "a spec carries the values";
+  ExpectBad(Spec({{"secrets", {{"1BAD", "x"}}}}), "secrets.1BAD", "environment variable");
+  json unfilled = Spec();
+  unfilled["secrets"] = {{"HF_TOKEN", nullptr}};  // merge_patch would drop a null
+  ExpectBad(unfilled, "secrets.HF_TOKEN", "tide submit --secret HF_TOKEN");
+  ExpectBad(Spec({{"secrets", {{"HF_TOKEN", ""}}}}), "secrets.HF_TOKEN", "empty");
+  ExpectBad(Spec({{"secrets", {{"K", 5}}}}), "secrets.K", "string");
+  ExpectBad(Spec({{"secrets", {{"A", "x"}}}, {"env", {{"A", "1"}}}}), "secrets.A", "also in env");
+  ExpectBad(Spec({{"secrets", {{"A", std::string(65 << 10, 'x')}}}}), "secrets.A", "64 KiB");
+  ExpectBad(Spec({{"secrets", {"A=B"}}}), "secrets");
+  json many = json::object();
+  for (int i = 0; i < 65; ++i) many["S" + std::to_string(i)] = "v";
+  ExpectBad(Spec({{"secrets", many}}), "secrets", "at most 64");
+}
+
+TEST(JobJson, SecretsAreNamedNeverShown) {
+  Job job;
+  job.id = "j-1";
+  job.spec = Parse(Spec({{"secrets", {{"HF_TOKEN", "hf_abc"}, {"DB_PASS", "pw-9"}}}}));
+  json j = ToJson(job);
+  EXPECT_EQ(j["secrets"], json({"DB_PASS", "HF_TOKEN"}));
+  EXPECT_EQ(j.dump().find("hf_abc"), std::string::npos);
+  auto back = JobFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->spec.secrets, (std::map<std::string, std::string>{{"DB_PASS", ""}, {"HF_TOKEN", ""}}));
+  // An assignment carries the values, and reads back with them.
+  AgentWork w;
+  w.assignments.push_back({job, {}});
+  auto work = AgentWorkFromJson(ToJson(w));
+  ASSERT_TRUE(work.ok()) << work.status().ToString();
+  EXPECT_EQ(work->assignments[0].job.spec.secrets.at("HF_TOKEN"), "hf_abc");
+}
+
 TEST(JobSpecFromJson, CodeId) {
   std::string id(64, 'a');
   EXPECT_EQ(Parse(Spec({{"code", id}})).code, id);

@@ -165,12 +165,18 @@ void PrintHuman(const json& job, const api::JobTelemetry* telemetry) {
   if (std::string escrow = CreditsText(job, "escrow"); escrow != "-" && escrow != "0") {
     row("Escrow", escrow + " credits held");
   }
-  if (job.contains("tags") && job["tags"].is_array() && !job["tags"].empty()) {
-    std::string tags;
-    for (const auto& t : job["tags"]) {
-      if (t.is_string()) tags += (tags.empty() ? "" : ", ") + t.get<std::string>();
+  // A list of strings, comma-joined ("" when absent or empty).
+  auto joined = [&](const char* key) {
+    std::string out;
+    if (!job.contains(key) || !job[key].is_array()) return out;
+    for (const auto& t : job[key]) {
+      if (t.is_string()) out += (out.empty() ? "" : ", ") + t.get<std::string>();
     }
-    row("Tags", tags);
+    return out;
+  };
+  if (std::string tags = joined("tags"); !tags.empty()) row("Tags", tags);
+  if (std::string names = joined("secrets"); !names.empty()) {
+    row("Secrets", names + " (values never shown)");
   }
   row("Code", JsonString(job, "code"));
   row("Created", FormatTimestamp(now, JsonInt(job, "created_at")));

@@ -164,19 +164,22 @@ int RunSubmit(SubmitOptions opts) {
 
 }  // namespace
 
-Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view text) {
+Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view text,
+                                                               std::string_view flag) {
   size_t eq = text.find('=');
   std::string key(text.substr(0, eq));
+  const std::string f(flag);
   bool ok = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
   for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   if (!ok) {
-    return Status::InvalidArgument("--env \"" + std::string(text) +
+    const std::string shown = f == "--secret" ? key : std::string(text);
+    return Status::InvalidArgument(f + " \"" + shown +
                                    "\": expected NAME=VALUE with NAME of letters, digits and _");
   }
   if (eq != std::string_view::npos) return std::make_pair(key, std::string(text.substr(eq + 1)));
   const char* value = std::getenv(key.c_str());
   if (value == nullptr) {
-    return Status::InvalidArgument("--env " + key + ": not set in this environment (use " + key +
+    return Status::InvalidArgument(f + " " + key + ": not set in this environment (use " + key +
                                    "=VALUE)");
   }
   return std::make_pair(key, std::string(value));
@@ -269,6 +272,19 @@ Status MergeSubmitFlags(const SubmitFlags& flags, json* spec,
     }
   }
 
+  // A secret left null in the file ("secrets: {HF_TOKEN: null}") is one
+  // these flags are to fill in.
+  if (!flags.secrets.empty()) {
+    auto secrets = ObjectField(spec, "secrets");
+    if (!secrets.ok()) return secrets.status();
+    for (const auto& assignment : flags.secrets) {
+      auto kv = ParseEnvAssignment(assignment, "--secret");
+      if (!kv.ok()) return kv.status();
+      (**secrets)[kv->first] = kv->second;
+      set.push_back("secrets." + kv->first);
+    }
+  }
+
   if (!flags.tags.empty()) {
     if (!spec->contains("tags") || (*spec)["tags"].is_null()) (*spec)["tags"] = json::array();
     json& tags = (*spec)["tags"];
@@ -321,6 +337,11 @@ void AddJobFlags(CLI::App* cmd, std::shared_ptr<SubmitFlags> flags) {
   cmd->add_flag("--network", f.network,
                 "Give the job outbound network (it has only its own loopback without)");
   cmd->add_option("-e,--env", f.env, "Environment variable NAME=VALUE (or NAME to copy it)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd->add_option("--secret", f.secrets,
+                  "Secret NAME=VALUE, or NAME to take it from this environment (repeatable): "
+                  "given to the job as environment, never shown, masked in its log")
       ->allow_extra_args(false)
       ->take_all();
   cmd->add_option("-t,--tag", f.tags, "Tag (repeatable)")->allow_extra_args(false)->take_all();

@@ -41,14 +41,17 @@ struct SubmitFlags {
   std::optional<int> retry_times;
   bool network = false;  // --network: outbound network for the job
   std::vector<std::string> env;   // "K=V", or "K" to copy K from this environment
+  std::vector<std::string> secrets;  // the same, into the spec's secrets
   std::vector<std::string> tags;  // added to the spec's tags
   std::vector<std::string> command;
   std::string code;  // id of the uploaded code archive
 };
 
 // "K=V" -> {K, V}. "K" alone takes K's value from this process's
-// environment (as `docker run -e K` does) and fails if K is unset.
-Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view text);
+// environment (as `docker run -e K` does) and fails if K is unset. Errors
+// name `flag`; for "--secret" they never repeat the value.
+Result<std::pair<std::string, std::string>> ParseEnvAssignment(std::string_view text,
+                                                               std::string_view flag = "--env");
 
 // Writes the flags over `spec` (a spec file's JSON, or {}): scalars replace,
 // env merges by key, tags are appended without duplicates. `set_fields`, if

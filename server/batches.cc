@@ -13,6 +13,7 @@ namespace tide::server {
 using api::Job;
 using api::JobStatus;
 using ledger::Micros;
+using nlohmann::json;
 
 namespace {
 bool Active(JobStatus s) { return s == JobStatus::kStarting || s == JobStatus::kRunning; }
@@ -103,6 +104,12 @@ Result<std::string> Batches::Submit(const std::string& owner, const api::BatchSp
   b.batch.retry_times = spec.retry_times;
   b.batch.budget = spec.budget;
   b.batch.job_template = spec.job_template;
+  // The trials carry the secrets' values; the batch keeps their names.
+  if (auto s = b.batch.job_template.find("secrets"); s != b.batch.job_template.end() && s->is_object()) {
+    json names = json::array();
+    for (auto& [name, value] : s->items()) names.push_back(name);
+    *s = names;
+  }
   b.batch.trials = static_cast<int>(spec.trials.size());
   b.batch.created_at = now;
   Persist(b, batch);

@@ -12,6 +12,7 @@ namespace tide::server {
 namespace {
 
 using api::JobStatus;
+using nlohmann::json;
 
 TEST_F(CoreTest, SubmittedJobIsDurableBeforeReturn) {
   Caller alice = User("alice");
@@ -512,6 +513,42 @@ TEST_F(CoreTest, StateSurvivesRestart) {
   // The lease is back: the node's report is accepted.
   EXPECT_TRUE(core_->JobEvent(node, job->first.id, {1, "exited", 0, "", ""}).ok());
   EXPECT_EQ(core_->GetJob(alice, job->first.id)->status, JobStatus::kCompleted);
+}
+
+TEST_F(CoreTest, SecretsReachTheAgentButNotTheRecordOrTheAnswer) {
+  Caller alice = User("alice");
+  api::JobSpec spec = Spec();
+  spec.secrets = {{"HF_TOKEN", "hf_value_1234"}};
+  auto queued = core_->SubmitJob(alice, spec, "");
+  ASSERT_TRUE(queued.ok());
+  const std::string id = queued->first.id;
+  // The job rows, and the secrets rows, as the store holds them.
+  auto stored = [&] {
+    auto rows = store_->LoadAll();
+    std::string jobs, secrets;
+    for (const auto& j : rows->jobs) jobs += j.doc;
+    for (const auto& b : rows->secrets) secrets += b.job_id + "=" + b.doc + ";";
+    return std::make_pair(jobs, secrets);
+  };
+  EXPECT_EQ(api::ToJson(*core_->GetJob(alice, id))["secrets"], json({"HF_TOKEN"}));
+  EXPECT_EQ(api::ToJson(*core_->GetJob(alice, id)).dump().find("hf_value_1234"), std::string::npos);
+  auto [jobs, secrets] = stored();
+  EXPECT_EQ(jobs.find("hf_value_1234"), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("HF_TOKEN"), std::string::npos) << "the record names it";
+  EXPECT_EQ(secrets, id + "=" + R"({"HF_TOKEN":"hf_value_1234"})" + ";");
+  // A restart reads the values back; the agent is handed them.
+  Reboot();
+  std::string node = AddNode("n1", 1);
+  auto work = core_->PollWork(node, 0);
+  ASSERT_EQ(work->assignments.size(), 1u);
+  EXPECT_EQ(work->assignments[0].job.spec.secrets.at("HF_TOKEN"), "hf_value_1234");
+  EXPECT_EQ(api::ToJson(*work)["assignments"][0]["secrets"]["HF_TOKEN"], "hf_value_1234");
+  // Once the job has ended its row is gone and so are the values.
+  ASSERT_TRUE(core_->JobEvent(node, id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_EQ(stored().second, "");
+  EXPECT_EQ(core_->GetJob(alice, id)->spec.secrets.at("HF_TOKEN"), "");
+  Reboot();
+  EXPECT_EQ(api::ToJson(*core_->GetJob(alice, id))["secrets"], json({"HF_TOKEN"}));
 }
 
 TEST_F(CoreTest, TokensAreStoredHashed) {

@@ -8,6 +8,7 @@ namespace tide::server {
 
 using api::Job;
 using api::JobStatus;
+using nlohmann::json;
 
 // ------------------------------------------------------------------ views
 
@@ -121,6 +122,23 @@ Status JobState::Load(const store::Contents& contents) {
       }
     }
   }
+  // Secrets of jobs still to run; a row an ended job left (its deletion
+  // was not yet written) goes with the next write.
+  for (const auto& row : contents.secrets) {
+    JobEntry* e = Find(row.job_id);
+    if (e == nullptr || api::IsTerminal(e->job.status)) {
+      forget_secrets_.push_back(row.job_id);
+      continue;
+    }
+    json doc = json::parse(row.doc, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object()) return Status::Internal("secrets of job " + row.job_id + ": not a JSON object");
+    for (auto& [name, value] : doc.items()) {
+      if (!value.is_string()) {
+        return Status::Internal("secrets of job " + row.job_id + ": " + name + " is not a string");
+      }
+      e->job.spec.secrets[name] = value.get<std::string>();
+    }
+  }
   return Status::Ok();
 }
 
@@ -160,12 +178,30 @@ const NodeEntry* JobState::FindNode(const std::string& id) const {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
+namespace {
+bool HasSecretValues(const api::JobSpec& spec) {
+  for (const auto& [name, value] : spec.secrets) {
+    if (!value.empty()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 JobState::Flushed JobState::Flush(store::WriteBatch& batch, std::vector<std::string>* added) {
   Flushed out;
+  for (std::string& id : forget_secrets_) batch.delete_secrets.push_back(std::move(id));
+  forget_secrets_.clear();
   for (const std::string& id : dirty_jobs_) {
-    const Job& job = jobs_.at(id).job;
+    Job& job = jobs_.at(id).job;
     batch.jobs.push_back(
         {job.id, job.owner, api::JobStatusName(job.status), job.created_at, JobRecordDoc(job)});
+    if (added_.count(id) && HasSecretValues(job.spec)) {
+      batch.secrets.push_back({job.id, json(job.spec.secrets).dump()});
+    }
+    if (api::IsTerminal(job.status) && HasSecretValues(job.spec)) {
+      batch.delete_secrets.push_back(job.id);
+      for (auto& [name, value] : job.spec.secrets) value.clear();
+    }
     if (added_.count(id)) {
       ++out.added;
       if (added) added->push_back(id);

@@ -123,7 +123,9 @@ class JobState {
     size_t changed = 0;  // jobs and nodes that existed before
   };
   // Writes every job and node changed since the last Flush into `batch`.
-  // `added` lists the new jobs among them.
+  // `added` lists the new jobs among them. A new job's secrets go to their
+  // own row; once the job has ended, the row is deleted and the values
+  // forgotten (the names stay).
   Flushed Flush(store::WriteBatch& batch, std::vector<std::string>* added = nullptr);
 
   // --- transitions ---
@@ -187,6 +189,7 @@ class JobState {
   std::set<std::string> dirty_jobs_;
   std::set<std::string> dirty_nodes_;
   std::set<std::string> added_;
+  std::vector<std::string> forget_secrets_;  // rows of ended jobs found at Load
 };
 
 }  // namespace tide::server

@@ -73,6 +73,8 @@ api::JobSpec SpecFromRecord(const json& j) {
   s.image = Str(j, "image", "host");
   s.command = Strs(j, "command");
   s.env = StrMap(j, "env");
+  // Names only: the values are in the secrets table (JobState::Load).
+  for (const std::string& name : Strs(j, "secrets")) s.secrets[name] = "";
   if (auto r = j.find("resources"); r != j.end() && r->is_object()) {
     s.resources.nodes = static_cast<int>(Int(*r, "nodes", 1));
     s.resources.gpu_count = static_cast<int>(Int(*r, "gpu_count", 1));

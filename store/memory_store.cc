@@ -51,6 +51,8 @@ class MemoryStore final : public Store {
     for (const TokenRow& t : batch.tokens) tokens_[t.hash] = t;
     for (const std::string& hash : batch.delete_tokens) tokens_.erase(hash);
     for (const IdempotencyRow& i : batch.idempotency) idempotency_[{i.owner, i.key}] = i;
+    for (const SecretRow& s : batch.secrets) secrets_[s.job_id] = s;
+    for (const std::string& id : batch.delete_secrets) secrets_.erase(id);
     return Status::Ok();
   }
 
@@ -71,6 +73,7 @@ class MemoryStore final : public Store {
     for (const auto& [hash, row] : cards_) c.cards.push_back(row);
     for (const auto& [key, row] : settings_) c.settings.push_back(row);
     for (const auto& [id, row] : batches_) c.batches.push_back(row);
+    for (const auto& [id, row] : secrets_) c.secrets.push_back(row);
     std::stable_sort(c.batches.begin(), c.batches.end(),
                      [](const BatchRow& a, const BatchRow& b) { return a.created_at < b.created_at; });
     return c;
@@ -114,6 +117,7 @@ class MemoryStore final : public Store {
   std::map<std::string, CardRow> cards_;       // by hash; GUARDED_BY(mu_)
   std::map<std::string, SettingRow> settings_;  // by key; GUARDED_BY(mu_)
   std::map<std::string, BatchRow> batches_;     // by id; GUARDED_BY(mu_)
+  std::map<std::string, SecretRow> secrets_;    // by job id; GUARDED_BY(mu_)
 };
 
 }  // namespace

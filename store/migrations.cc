@@ -105,6 +105,12 @@ BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 )sql"},
+    {6, "jobs' secrets, apart from their records", R"sql(
+CREATE TABLE secrets(
+  job_id TEXT NOT NULL PRIMARY KEY,
+  doc TEXT NOT NULL
+);
+)sql"},
 };
 
 struct StmtDeleter {

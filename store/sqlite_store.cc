@@ -108,6 +108,8 @@ enum StmtId {
   kUpsertSetting,
   kUpsertBatch,
   kInsertAudit,
+  kUpsertSecret,
+  kDeleteSecret,
   kSelectJobs,
   kSelectNodes,
   kSelectUsers,
@@ -118,6 +120,7 @@ enum StmtId {
   kSelectSettings,
   kSelectBatches,
   kSelectAudit,
+  kSelectSecrets,
   kNumStmts,
 };
 
@@ -153,6 +156,8 @@ constexpr const char* kSql[kNumStmts] = {
     "doc = excluded.doc",
     "INSERT INTO audit(seq, at, actor, token, address, action, target, detail) "
     "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    "INSERT INTO secrets(job_id, doc) VALUES(?1, ?2) ON CONFLICT(job_id) DO UPDATE SET doc = excluded.doc",
+    "DELETE FROM secrets WHERE job_id = ?1",
     "SELECT id, owner, status, created_at, doc FROM jobs ORDER BY created_at, id",
     "SELECT id, name, doc FROM nodes ORDER BY id",
     "SELECT id, name, created_at FROM users ORDER BY id",
@@ -164,6 +169,7 @@ constexpr const char* kSql[kNumStmts] = {
     "SELECT key, value FROM settings ORDER BY key",
     "SELECT id, owner, created_at, doc FROM batches ORDER BY created_at, id",
     "SELECT seq, at, actor, token, address, action, target, detail FROM audit ORDER BY seq",
+    "SELECT job_id, doc FROM secrets ORDER BY job_id",
 };
 
 class SqliteStore final : public Store {
@@ -272,6 +278,15 @@ class SqliteStore final : public Store {
                                a.seq, a.at, a.actor, a.token, a.address, a.action, a.target,
                                a.detail));
     }
+    // Values stay out of error messages; a secret added and deleted within
+    // one batch is gone.
+    for (const SecretRow& s : batch.secrets) {
+      TIDE_RETURN_IF_ERROR(
+          Run(kUpsertSecret, "store write: secrets row \"" + s.job_id + "\"", s.job_id, s.doc));
+    }
+    for (const std::string& id : batch.delete_secrets) {
+      TIDE_RETURN_IF_ERROR(Run(kDeleteSecret, "store write: secrets delete \"" + id + "\"", id));
+    }
     return Status::Ok();
   }
 
@@ -327,6 +342,9 @@ class SqliteStore final : public Store {
       return AuditRow{sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), ColumnText(s, 2),
                       ColumnText(s, 3),           ColumnText(s, 4),           ColumnText(s, 5),
                       ColumnText(s, 6),           ColumnText(s, 7)};
+    }));
+    TIDE_RETURN_IF_ERROR(Select(kSelectSecrets, "secrets", c.secrets, [](sqlite3_stmt* s) {
+      return SecretRow{ColumnText(s, 0), ColumnText(s, 1)};
     }));
     return Status::Ok();
   }
@@ -400,6 +418,9 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
   }
   // Per connection, so set on every open. FULL: fsync the WAL on each COMMIT.
   TIDE_RETURN_IF_ERROR(ExecSql(db.get(), "PRAGMA synchronous=FULL", context));
+  // Deleted rows (secrets, removed jobs' records) are overwritten with
+  // zeros in the database file, not left in its free pages.
+  TIDE_RETURN_IF_ERROR(ExecSql(db.get(), "PRAGMA secure_delete=ON", context));
   TIDE_RETURN_IF_ERROR(ExecSql(db.get(), "PRAGMA foreign_keys=ON", context));
 
   Result<int> version = internal::ApplyMigrations(db.get(), SystemClock::Default()->NowMs());

@@ -96,6 +96,13 @@ struct AuditRow {
   std::string detail;   // JSON object: the action's parameters, never a secret
 };
 
+// The values of a job's secrets, kept apart from its record (which names
+// them) and deleted when the job ends.
+struct SecretRow {
+  std::string job_id;  // primary key
+  std::string doc;     // JSON object: name -> value
+};
+
 // Server settings (the price list, ...), by name.
 struct SettingRow {
   std::string key;
@@ -115,6 +122,8 @@ struct WriteBatch {
   std::vector<SettingRow> settings;
   std::vector<BatchRow> batches;
   std::vector<AuditRow> audit;  // inserted; a seq already stored fails the batch
+  std::vector<SecretRow> secrets;
+  std::vector<std::string> delete_secrets;  // job ids; applied after `secrets`
 
   bool empty() const;
   // Moves all rows of `other` to the end of this batch. A later row for the
@@ -133,6 +142,7 @@ struct Contents {
   std::vector<SettingRow> settings;
   std::vector<BatchRow> batches;  // ordered by created_at, then id
   std::vector<AuditRow> audit;    // ordered by seq
+  std::vector<SecretRow> secrets;  // ordered by job id
 };
 
 class Store {

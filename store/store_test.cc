@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -52,6 +53,9 @@ bool operator==(const TokenRow& a, const TokenRow& b) {
   return std::tie(a.hash, a.kind, a.subject, a.created_at, a.name, a.scope, a.expires_at,
                   a.last_used_at) == std::tie(b.hash, b.kind, b.subject, b.created_at, b.name,
                                               b.scope, b.expires_at, b.last_used_at);
+}
+bool operator==(const SecretRow& a, const SecretRow& b) {
+  return std::tie(a.job_id, a.doc) == std::tie(b.job_id, b.doc);
 }
 bool operator==(const IdempotencyRow& a, const IdempotencyRow& b) {
   return std::tie(a.owner, a.key, a.job_id) == std::tie(b.owner, b.key, b.job_id);
@@ -211,6 +215,7 @@ WriteBatch OneOfEach() {
   b.batches = {{"b-1", "u-1", 30, R"({"trials":2})"}};
   b.audit = {{1, 40, "admin", "", "10.0.0.7", "card.mint", "", R"({"count":2})"},
              {2, 41, "u-1", "ut-1", "::1", "token.create", "ut-2", R"({"name":"ci"})"}};
+  b.secrets = {{"j-1", R"({"HF_TOKEN":"hf_abc"})"}};
   return b;
 }
 
@@ -228,6 +233,27 @@ TEST_P(StoreTest, WritesAndReadsBackEveryRowKind) {
   EXPECT_EQ(c.settings, b.settings);
   EXPECT_EQ(c.batches, b.batches);
   EXPECT_EQ(c.audit, b.audit);
+  EXPECT_EQ(c.secrets, b.secrets);
+}
+
+TEST_P(StoreTest, DeletesSecretsAfterWritingThem) {
+  Write(OneOfEach());
+  WriteBatch b;
+  b.secrets = {{"j-2", R"({"A":"secret-of-j2"})"}, {"j-3", R"({"B":"secret-of-j3"})"}};
+  b.delete_secrets = {"j-1", "j-2"};  // j-2 is added and deleted in one batch
+  Write(b);
+  Contents c = Load();
+  ASSERT_EQ(c.secrets.size(), 1u);
+  EXPECT_EQ(c.secrets[0].job_id, "j-3");
+  if (!durable()) return;
+  // Closing checkpoints the WAL into the file: a deleted value is not left
+  // in the file's free space.
+  store_.reset();
+  std::ifstream in(db_path(), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("hf_abc"), std::string::npos);
+  EXPECT_EQ(bytes.find("secret-of-j2"), std::string::npos);
+  EXPECT_NE(bytes.find("secret-of-j3"), std::string::npos);
 }
 
 TEST_P(StoreTest, LedgerRowsAreWrittenOnce) {
@@ -427,16 +453,16 @@ TEST_P(StoreTest, ConcurrentWritersAllLand) {
 }
 
 TEST_P(StoreTest, SchemaVersionIsLatest) {
-  EXPECT_EQ(internal::LatestSchemaVersion(), 5);
-  EXPECT_EQ(store_->SchemaVersion(), 5);
+  EXPECT_EQ(internal::LatestSchemaVersion(), 6);
+  EXPECT_EQ(store_->SchemaVersion(), 6);
   if (!durable()) return;
   RawDb db(db_path());
-  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "5");
-  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "5");
+  EXPECT_EQ(db.Query("SELECT COUNT(*) FROM schema_migrations"), "6");
+  EXPECT_EQ(db.Query("SELECT MAX(version) FROM schema_migrations"), "6");
   EXPECT_EQ(db.Query("PRAGMA journal_mode"), "wal");
   for (const char* table :
        {"jobs", "nodes", "users", "tokens", "idempotency", "ledger", "cards", "settings",
-        "batches", "audit"}) {
+        "batches", "audit", "secrets"}) {
     EXPECT_EQ(db.Query(std::string("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
                                    "AND name = '") +
                        table + "'"),

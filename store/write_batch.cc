@@ -24,7 +24,8 @@ void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
 bool WriteBatch::empty() const {
   return jobs.empty() && nodes.empty() && users.empty() && tokens.empty() &&
          delete_tokens.empty() && idempotency.empty() && ledger.empty() && cards.empty() &&
-         settings.empty() && batches.empty() && audit.empty();
+         settings.empty() && batches.empty() && audit.empty() && secrets.empty() &&
+         delete_secrets.empty();
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
@@ -40,6 +41,8 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(settings, other.settings);
   MoveAppend(batches, other.batches);
   MoveAppend(audit, other.audit);
+  MoveAppend(secrets, other.secrets);
+  MoveAppend(delete_secrets, other.delete_secrets);
 }
 
 }  // namespace tide::store
