@@ -550,7 +550,24 @@ json ToJson(const Job& job) {
   j["attempts"] = attempts;
   j["retries"] = job.retries;
   AddTrialAndCheckpoint(job, j);
+  if (job.deleted_at > 0) j["deleted_at"] = job.deleted_at;
   return j;
+}
+
+JobSpec DeletedSpec(const JobSpec& spec) {
+  JobSpec kept;
+  kept.resources = spec.resources;
+  kept.tier = spec.tier;
+  kept.priority = spec.priority;
+  kept.tags = spec.tags;
+  kept.constraints = spec.constraints;
+  kept.max_price = spec.max_price;
+  kept.max_cost = spec.max_cost;
+  kept.max_runtime_s = spec.max_runtime_s;
+  kept.grace_s = spec.grace_s;
+  kept.network = spec.network;
+  kept.image = spec.image;
+  return kept;
 }
 
 namespace {
@@ -565,6 +582,9 @@ Result<Job> JobFromJsonImpl(const json& j) {
   }
   if (spec.contains("code") && spec["code"] == "") spec.erase("code");
   if (spec.contains("max_runtime") && spec["max_runtime"] == 0) spec.erase("max_runtime");
+  // A deleted job has no command left; the parse wants one.
+  const int64_t deleted_at = j.value("deleted_at", int64_t{0});
+  if (deleted_at > 0 && spec.value("command", json::array()).empty()) spec["command"] = {"-"};
   // Secrets: an assignment carries their values, a record or an answer
   // only their names.
   std::map<std::string, std::string> names;
@@ -584,6 +604,8 @@ Result<Job> JobFromJsonImpl(const json& j) {
   if (!parsed.ok()) return parsed.status().WithContext("job record");
   job.spec = std::move(parsed).value();
   if (!names.empty()) job.spec.secrets = std::move(names);
+  job.deleted_at = deleted_at;
+  if (deleted_at > 0) job.spec.command.clear();
   job.id = j.value("id", "");
   job.owner = j.value("owner", "");
   auto st = ParseJobStatus(j.value("status", "queued"));

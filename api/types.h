@@ -191,7 +191,14 @@ struct Job {
   int checkpoint_attempt = 0;
   int64_t checkpoint_bytes = 0;
   int64_t checkpoint_at = 0;
+  // When the job's data was deleted (tide rm, or the server's retention):
+  // its logs, outputs, checkpoints and code are gone, and of its spec only
+  // what billing needs is left (resources, tier, tags); 0 = not deleted.
+  int64_t deleted_at = 0;
 };
+// What a deleted job keeps of `spec`: its shape and labels, none of the
+// consumer's command, environment, secrets, name, code or parameters.
+JobSpec DeletedSpec(const JobSpec& spec);
 // A job as the API answers it and the store records it: its secrets by name
 // only, never their values.
 json ToJson(const Job& job);

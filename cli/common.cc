@@ -47,6 +47,7 @@ void AddUserCommands(CLI::App& app) {
   AddStatusCommand(app);
   AddLogsCommand(app);
   AddCancelCommand(app);
+  AddRmCommand(app);
   AddWaitCommand(app);
   AddOutputsCommand(app);
   AddNodesCommand(app);

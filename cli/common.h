@@ -50,6 +50,7 @@ void AddListCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
 void AddLogsCommand(CLI::App& app);
 void AddCancelCommand(CLI::App& app);
+void AddRmCommand(CLI::App& app);
 void AddWaitCommand(CLI::App& app);
 void AddOutputsCommand(CLI::App& app);
 void AddNodesCommand(CLI::App& app);

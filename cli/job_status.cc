@@ -182,6 +182,9 @@ void PrintHuman(const json& job, const api::JobTelemetry* telemetry) {
   row("Created", FormatTimestamp(now, JsonInt(job, "created_at")));
   row("Started", FormatTimestamp(now, JsonInt(job, "started_at")));
   row("Finished", FormatTimestamp(now, JsonInt(job, "finished_at")));
+  if (int64_t at = JsonInt(job, "deleted_at"); at > 0) {
+    row("Deleted", FormatTimestamp(now, at) + " (logs, outputs, checkpoints and code are gone)");
+  }
   int64_t started = JsonInt(job, "started_at");
   int64_t finished = JsonInt(job, "finished_at");
   if (started > 0) {

@@ -45,6 +45,29 @@ void AddDurationMs(CLI::App* cmd, const std::string& name, int64_t* ms, const st
                                     : std::to_string(*ms) + "ms");
 }
 
+// A duration flag of at least `min_ms`, or the word `none` for 0 (no limit).
+void AddDurationOrNone(CLI::App* cmd, const std::string& name, const std::string& none,
+                       int64_t min_ms, int64_t* ms, const std::string& help,
+                       const std::string& default_text) {
+  cmd->add_option_function<std::string>(
+         name,
+         [=](const std::string& text) {
+           if (text == none) {
+             *ms = 0;
+             return;
+           }
+           auto parsed = cli::ParseDurationMs(text);
+           if (!parsed.ok() || *parsed < min_ms) {
+             throw CLI::ValidationError(name, "a duration of at least " +
+                                                  FormatDurationSeconds(min_ms / 1000) +
+                                                  " (e.g. 30d), or " + none);
+           }
+           *ms = *parsed;
+         },
+         help)
+      ->default_str(default_text);
+}
+
 const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error"};
 
 void AddServerCommand(CLI::App& app) {
@@ -56,23 +79,14 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   AddDurationMs(cmd, "--node-timeout", &opts->node_timeout_ms,
                 "A node whose heartbeats stop this long is lost, e.g. 10s");
-  cmd->add_option_function<std::string>(
-         "--node-token-life",
-         [opts](const std::string& text) {
-           if (text == "never") {
-             opts->node_token_life_ms = 0;
-             return;
-           }
-           auto parsed = cli::ParseDurationMs(text);
-           if (!parsed.ok() || *parsed < 3'000) {
-             throw CLI::ValidationError("--node-token-life",
-                                        "a duration of at least 3s (e.g. 30d), or never");
-           }
-           opts->node_token_life_ms = *parsed;
-         },
-         "How long an agent's node token lives; agents get a new one in a heartbeat once a "
-         "third is left (e.g. 30d, or never)")
-      ->default_str("30d");
+  AddDurationOrNone(cmd, "--node-token-life", "never", 3'000, &opts->node_token_life_ms,
+                    "How long an agent's node token lives; agents get a new one in a heartbeat "
+                    "once a third is left (e.g. 30d, or never)",
+                    "30d");
+  AddDurationOrNone(cmd, "--retention", "forever", 60'000, &opts->retention_ms,
+                    "Delete an ended job's logs, outputs, checkpoints and code this long after it "
+                    "ends, as tide rm does (e.g. 30d, or forever); the billing record stays",
+                    "forever");
   AddDurationMs(cmd, "--low-utilization-window", &opts->low_utilization_window_ms,
                 "A running job whose GPUs average under 10% utilisation this long is flagged "
                 "`low GPU utilisation` in tide status and tide top, e.g. 10m");

@@ -186,4 +186,23 @@ Result<std::string> BlobStore::GetCode(const std::string& owner, const std::stri
   return ReadFile(dir_ + "/code/" + owner + "/" + id + ".tar.gz");
 }
 
+Status BlobStore::DeleteJob(const std::string& job) {
+  if (job.empty() || job.find('/') != std::string::npos || job[0] == '.') {
+    return Status::InvalidArgument("bad job id \"" + job + "\"");
+  }
+  for (const char* sub : {"logs", "metrics", "checkpoints", "outputs"}) {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir_) / sub / job, ec);
+    if (ec) return Status::Internal("delete " + dir_ + "/" + sub + "/" + job + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+Status BlobStore::DeleteCode(const std::string& owner, const std::string& id) {
+  std::error_code ec;
+  fs::remove(dir_ + "/code/" + owner + "/" + id + ".tar.gz", ec);
+  if (ec) return Status::Internal("delete code archive " + id + ": " + ec.message());
+  return Status::Ok();
+}
+
 }  // namespace tide::server

@@ -66,6 +66,11 @@ class BlobStore {
   bool HasCode(const std::string& owner, const std::string& id);
   Result<std::string> GetCode(const std::string& owner, const std::string& id);
 
+  // Deletes every blob of the job: logs and metric lines of every attempt
+  // and rank, the checkpoints, the outputs. Done already is not an error.
+  Status DeleteJob(const std::string& job);
+  Status DeleteCode(const std::string& owner, const std::string& id);
+
  private:
   std::string LogPath(const std::string& job, int attempt, int rank, Stream stream) const;
   std::string CheckpointPath(const std::string& job, int rank) const;

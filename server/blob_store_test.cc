@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+
 namespace tide::server {
 namespace {
 
@@ -50,6 +52,33 @@ TEST_F(BlobStoreTest, CodeIsPerOwnerAndContentAddressed) {
   EXPECT_EQ(id->size(), 64u);
   EXPECT_TRUE(blobs_->HasCode("u-1", *id));
   EXPECT_FALSE(blobs_->HasCode("u-2", *id));
+}
+
+TEST_F(BlobStoreTest, DeletingAJobLeavesNothingOfItAndNothingElseGoes) {
+  for (const std::string job : {"j-1", "j-2"}) {
+    ASSERT_TRUE(blobs_->AppendLog(job, 1, 0, 0, "log").ok());
+    ASSERT_TRUE(blobs_->AppendLog(job, 2, 1, 0, "rank 1").ok());
+    ASSERT_TRUE(blobs_->AppendLog(job, 1, 0, 0, "{}\n", Stream::kMetrics).ok());
+    ASSERT_TRUE(blobs_->PutOutput(job, "a/b.txt", "x").ok());
+    ASSERT_TRUE(blobs_->StageCheckpoint(job, 0, 1, "ckpt").ok());
+    ASSERT_TRUE(blobs_->CommitCheckpoint(job, 0, 1).ok());
+  }
+  auto code = blobs_->PutCode("u-1", "archive-bytes");
+  ASSERT_TRUE(blobs_->DeleteJob("j-1").ok());
+  ASSERT_TRUE(blobs_->DeleteJob("j-1").ok()) << "deleting again is not an error";
+  ASSERT_TRUE(blobs_->DeleteCode("u-1", *code).ok());
+  EXPECT_FALSE(blobs_->HasCode("u-1", *code));
+  std::string left;
+  for (const char* sub : {"logs", "metrics", "checkpoints", "outputs"}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/" + sub)) {
+      left += e.path().string() + "\n";
+    }
+  }
+  EXPECT_EQ(left.find("j-1"), std::string::npos) << left;
+  EXPECT_EQ(*blobs_->ReadLog("j-2", 2, 1, 0), "rank 1");
+  EXPECT_EQ(*blobs_->GetCheckpoint("j-2", 0), "ckpt");
+  EXPECT_EQ(blobs_->DeleteJob("../logs").code(), Code::kInvalidArgument);
+  EXPECT_EQ(blobs_->DeleteJob("").code(), Code::kInvalidArgument);
 }
 
 }  // namespace

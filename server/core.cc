@@ -149,12 +149,15 @@ Status Core::Run(Command command) {
     // Before Start() (recovery, first admin token) commands run inline.
     if (!started_ && !stopping_) {
       store::WriteBatch batch;
+      std::vector<DeletedBlobs> deleted;
       {
         WriterLock state(state_mu_);
         Apply(p, batch);
         accounts_.TakeRows(batch.ledger);
+        deleted.swap(deleted_);
       }
       if (p.result.ok() && !batch.empty()) p.result = store_->Write(batch);
+      if (p.result.ok() && !deleted.empty() && blob_deleter_) blob_deleter_(deleted);
       return p.result;
     }
     return Status::Unavailable("server is shutting down");
@@ -184,7 +187,7 @@ void Core::Apply(Pending& p, store::WriteBatch& batch) {
   batch.Append(std::move(own));
 }
 
-void Core::Tick() {
+void Core::Tick(store::WriteBatch& batch) {
   planner_.Tick();
   const int64_t now_mono = clock_->MonotonicMs();
   if (now_mono - last_meter_mono_ >= options_.meter_interval_ms) {
@@ -196,6 +199,17 @@ void Core::Tick() {
     }
   }
   reconciler_.LoseSilentNodes();
+  // Retention: a minute's worth of deletions at a time, so a long backlog
+  // never holds the loop up for long.
+  if (options_.retention_ms > 0 && now_mono - last_retention_mono_ >= 60'000) {
+    last_retention_mono_ = now_mono;
+    std::vector<std::string> expired = PastRetention(clock_->NowMs(), 200);
+    if (!expired.empty()) {
+      spdlog::info("retention: deleting the data of {} jobs that ended more than {} s ago",
+                   expired.size(), options_.retention_ms / 1000);
+      Delete(expired, Caller{Scope::kAdmin, "server"}, batch);
+    }
+  }
 }
 
 // Why group commit: an fsync costs milliseconds here, so one transaction per
@@ -219,11 +233,12 @@ void Core::Loop() {
     }
     store::WriteBatch batch;
     bool changed = false;
+    std::vector<DeletedBlobs> deleted;
     {
       WriterLock state(state_mu_);
       for (Pending* p : work) Apply(*p, batch);
       if (clock_->MonotonicMs() >= next_tick) {
-        Tick();
+        Tick(batch);
         if (jobs_.Flush(batch).changed > 0) planner_.NeedFullPass();
         tokens_.FlushUsed(batch);  // last use, about once a minute per token
         next_tick = clock_->MonotonicMs() + options_.tick_ms;
@@ -233,6 +248,7 @@ void Core::Loop() {
       // The money moved by this batch is written with it.
       accounts_.TakeRows(batch.ledger);
       changed = !batch.empty();
+      deleted.swap(deleted_);
     }
     if (changed) {
       Status st = store_->Write(batch);
@@ -242,6 +258,8 @@ void Core::Loop() {
       }
       // Placements of this batch are durable now: agents may get them.
       delivery_.Committed();
+      // Deletions too: their blobs go before anyone is told.
+      if (!deleted.empty() && blob_deleter_) blob_deleter_(deleted);
     }
     {
       std::lock_guard<std::mutex> lock(queue_mu_);

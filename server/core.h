@@ -92,6 +92,16 @@ struct CoreOptions {
   int64_t meter_interval_ms = 1'000;
   // GPU histories and the idle check (server/telemetry.h).
   TelemetryOptions telemetry;
+  // Ended jobs' data (logs, outputs, checkpoints, code) is deleted this
+  // long after they end, as `tide rm` does; 0: kept until deleted.
+  int64_t retention_ms = 0;
+};
+
+// What goes from the blob store once a job's deletion is durable.
+struct DeletedBlobs {
+  std::string job_id;
+  std::string owner;
+  std::string code;  // its code archive, if no other job of the owner uses it; "" = none
 };
 
 struct Estimate {
@@ -297,6 +307,18 @@ class Core : private JobState::Listener {
   // Waits until epoch() != seen or the deadline passes (monotonic ms).
   void WaitChange(uint64_t seen, int64_t deadline_mono_ms) const;
 
+  // Deletes an ended job's logs, outputs, checkpoints and code archive for
+  // good, keeping its billing record (api::Job::deleted_at); audited.
+  // Conflict if the job has not ended; deleting it again is not an error.
+  Result<api::Job> DeleteJob(const Caller& caller, const std::string& id);
+  // Called on the core thread once a deletion is durable (before the
+  // caller is answered), and by the server at start for every deleted job
+  // (a crash may have come between the two): removes the blobs.
+  void set_blob_deleter(std::function<void(const std::vector<DeletedBlobs>&)> f) {
+    blob_deleter_ = std::move(f);
+  }
+  std::vector<DeletedBlobs> DeletedJobs() const;
+
   // Code archives the caller may reference, checked at submit.
   void set_code_checker(std::function<bool(const std::string& owner, const std::string& id)> f) {
     code_checker_ = std::move(f);
@@ -317,7 +339,14 @@ class Core : private JobState::Listener {
   void Loop();
   // One command of the loop: runs it and collects what it changed.
   void Apply(Pending& p, store::WriteBatch& batch) TIDE_REQUIRES(state_mu_);
-  void Tick() TIDE_REQUIRES(state_mu_);
+  // Timed work: metering, lost nodes, retention; writes its own rows to `batch`.
+  void Tick(store::WriteBatch& batch) TIDE_REQUIRES(state_mu_);
+  // Deletes the data of the ended jobs `ids` (each visible to `by`).
+  void Delete(const std::vector<std::string>& ids, const Caller& by, store::WriteBatch& batch)
+      TIDE_REQUIRES(state_mu_);
+  // Ended jobs past the retention period, oldest first, at most `max`.
+  std::vector<std::string> PastRetention(int64_t now, size_t max) const
+      TIDE_REQUIRES_SHARED(state_mu_);
   void EstimateLoop();
   bool Visible(const Caller& caller, const api::Job& job) const;
   bool MayUseBatch(const Caller& caller, const std::string& batch_id) const
@@ -339,6 +368,7 @@ class Core : private JobState::Listener {
   Clock* clock_;
   CoreOptions options_;
   std::function<bool(const std::string&, const std::string&)> code_checker_;
+  std::function<void(const std::vector<DeletedBlobs>&)> blob_deleter_;
 
   // The state: every room below and the core's own tables. Exclusive for
   // commands (the core thread), shared for reads.
@@ -356,6 +386,9 @@ class Core : private JobState::Listener {
   Audit audit_ TIDE_GUARDED_BY(state_mu_);
   std::map<std::pair<std::string, std::string>, std::string> idempotency_ TIDE_GUARDED_BY(state_mu_);
   int64_t last_meter_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
+  int64_t last_retention_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
+  // Deletions applied since the last write, for blob_deleter_ after it.
+  std::vector<DeletedBlobs> deleted_ TIDE_GUARDED_BY(state_mu_);
 
   // The command queue between I/O threads and the core thread.
   std::mutex queue_mu_;

@@ -389,6 +389,72 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
   return out;
 }
 
+Result<Job> Core::DeleteJob(const Caller& caller, const std::string& id) {
+  Job out;
+  Status st = Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    JobEntry* e = jobs_.Find(id);
+    if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
+    if (!api::IsTerminal(e->job.status)) {
+      return Status::Conflict("job " + id + " is " + api::JobStatusName(e->job.status) +
+                              ": cancel it first (tide cancel " + id + "), then delete it");
+    }
+    if (e->job.deleted_at == 0) Delete({id}, caller, batch);
+    out = e->job;
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+void Core::Delete(const std::vector<std::string>& ids, const Caller& by, store::WriteBatch& batch) {
+  const int64_t now = clock_->NowMs();
+  std::vector<JobEntry*> entries;
+  for (const std::string& id : ids) entries.push_back(&jobs_.At(id));
+  // A code archive goes with the last job of its owner that uses it.
+  std::set<std::pair<std::string, std::string>> gone;
+  for (JobEntry* e : entries) {
+    if (!e->job.spec.code.empty()) gone.insert({e->job.owner, e->job.spec.code});
+  }
+  for (JobEntry* e : entries) jobs_.Delete(*e, now);
+  if (!gone.empty()) {
+    for (const auto& [jid, e] : jobs_.jobs()) {
+      if (!e.job.spec.code.empty()) gone.erase({e.job.owner, e.job.spec.code});
+    }
+  }
+  for (JobEntry* e : entries) {
+    DeletedBlobs d{e->job.id, e->job.owner, ""};
+    audit_.Record(batch, now, by, "job.delete", e->job.id,
+                  {{"owner", e->job.owner}, {"status", api::JobStatusName(e->job.status)}});
+    deleted_.push_back(std::move(d));
+  }
+  for (const auto& [owner, code] : gone) deleted_.push_back({"", owner, code});
+}
+
+std::vector<std::string> Core::PastRetention(int64_t now, size_t max) const {
+  std::vector<std::string> out;
+  if (options_.retention_ms <= 0) return out;
+  for (const std::string& id : jobs_.order()) {
+    if (out.size() == max) break;
+    const Job& job = jobs_.At(id).job;
+    const int64_t ended = job.finished_at > 0 ? job.finished_at : job.created_at;
+    if (job.deleted_at == 0 && api::IsTerminal(job.status) && ended + options_.retention_ms <= now) {
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+std::vector<DeletedBlobs> Core::DeletedJobs() const {
+  ReaderLock lock(state_mu_);
+  std::vector<DeletedBlobs> out;
+  for (const std::string& id : jobs_.order()) {
+    const Job& job = jobs_.At(id).job;
+    if (job.deleted_at > 0) out.push_back({job.id, job.owner, ""});
+  }
+  return out;
+}
+
 Result<Job> Core::GetJob(const Caller& caller, const std::string& id) const {
   ReaderLock lock(state_mu_);
   const JobEntry* e = jobs_.Find(id);

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "api/types.h"
 #include "server/testing/core_fixture.h"
@@ -549,6 +551,110 @@ TEST_F(CoreTest, SecretsReachTheAgentButNotTheRecordOrTheAnswer) {
   EXPECT_EQ(core_->GetJob(alice, id)->spec.secrets.at("HF_TOKEN"), "");
   Reboot();
   EXPECT_EQ(api::ToJson(*core_->GetJob(alice, id))["secrets"], json({"HF_TOKEN"}));
+}
+
+// Deletion keeps the billing record and hands the blobs to the deleter
+// once the tombstone is durable; the code archive goes with its last job.
+class DeletionTest : public CoreTest {
+ protected:
+  void SetUp() override {
+    blob_deleter_ = [this](const std::vector<DeletedBlobs>& d) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& b : d) {
+        EXPECT_TRUE(Durable(b.job_id)) << "blobs go only after the deletion is written";
+        deleted_.push_back(b.job_id.empty() ? "code " + b.code : b.job_id);
+      }
+    };
+    CoreTest::SetUp();
+  }
+  bool Durable(const std::string& id) {
+    if (id.empty()) return true;
+    auto rows = store_->LoadAll();
+    for (const auto& row : rows->jobs) {
+      if (row.id == id) return row.doc.find("\"deleted_at\"") != std::string::npos;
+    }
+    return false;
+  }
+  std::vector<std::string> Deleted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return deleted_;
+  }
+  std::mutex mu_;
+  std::vector<std::string> deleted_;
+};
+
+TEST_F(DeletionTest, RmKeepsTheBillingRecordOnly) {
+  Caller alice = User("alice");
+  Caller bob = User("bob");
+  std::string node = AddNode("n1", 1);
+  api::JobSpec spec = Spec();
+  spec.name = "secret-project";
+  spec.command = {"python", "train.py", "--data", "s3://private"};
+  spec.env = {{"A", "1"}};
+  spec.tags = {"team-x"};
+  spec.code = std::string(64, 'c');
+  auto a = core_->SubmitJob(alice, spec, "");
+  auto b = core_->SubmitJob(alice, spec, "");  // the same code, queued behind
+  const std::string id = a->first.id;
+  EXPECT_EQ(core_->DeleteJob(alice, id).status().code(), Code::kConflict) << "still running";
+  ASSERT_TRUE(core_->JobEvent(node, id, {1, "exited", 0, "", ""}).ok());
+  EXPECT_TRUE(core_->DeleteJob(bob, id).status().IsNotFound());
+  auto gone = core_->DeleteJob(alice, id);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_GT(gone->deleted_at, 0);
+  EXPECT_EQ(gone->status, JobStatus::kCompleted);
+  EXPECT_TRUE(gone->spec.command.empty());
+  EXPECT_TRUE(gone->spec.name.empty());
+  EXPECT_TRUE(gone->spec.env.empty());
+  EXPECT_TRUE(gone->spec.code.empty());
+  EXPECT_EQ(gone->spec.tags, std::vector<std::string>{"team-x"});
+  ASSERT_EQ(gone->attempts.size(), 1u) << "the attempts are what it was billed for";
+  EXPECT_EQ(Deleted(), std::vector<std::string>{id}) << "b still uses the code archive";
+  std::string record;
+  auto rows = store_->LoadAll();
+  for (const auto& row : rows->jobs) {
+    if (row.id == id) record = row.doc;
+  }
+  EXPECT_EQ(record.find("s3://private"), std::string::npos) << record;
+  EXPECT_EQ(record.find("secret-project"), std::string::npos) << record;
+  // Again: not an error, nothing more to delete.
+  ASSERT_TRUE(core_->DeleteJob(alice, id).ok());
+  EXPECT_EQ(Deleted().size(), 1u);
+  // The last job with the archive takes it along.
+  ASSERT_TRUE(core_->CancelJob(alice, b->first.id).ok());
+  ASSERT_TRUE(Eventually([&] { return api::IsTerminal(core_->GetJob(alice, b->first.id)->status); }));
+  ASSERT_TRUE(core_->DeleteJob(AdminCaller(), b->first.id).ok());
+  EXPECT_EQ(Deleted(), (std::vector<std::string>{id, b->first.id, "code " + spec.code}));
+  auto log = core_->AuditLog(0, 1000);
+  int deletes = 0;
+  for (const auto& e : log) deletes += e.action == "job.delete";
+  EXPECT_EQ(deletes, 2);
+  EXPECT_EQ(log.back().actor, "admin");
+  EXPECT_EQ(log.back().target, b->first.id);
+  Reboot();
+  EXPECT_GT(core_->GetJob(alice, id)->deleted_at, 0);
+  EXPECT_EQ(core_->DeletedJobs().size(), 2u);
+}
+
+TEST_F(DeletionTest, RetentionDeletesWhatEndedLongEnoughAgo) {
+  options_.retention_ms = 3'600'000;
+  Reboot();
+  Caller alice = User("alice");
+  auto old_job = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(core_->CancelJob(alice, old_job->first.id).ok());
+  clock_.Advance(3'000'000);
+  auto young = core_->SubmitJob(alice, Spec(), "");
+  ASSERT_TRUE(core_->CancelJob(alice, young->first.id).ok());
+  auto queued = core_->SubmitJob(alice, Spec(), "");  // never ends: never deleted
+  clock_.Advance(700'000);
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(20);
+    return !Deleted().empty();
+  }));
+  EXPECT_EQ(Deleted(), std::vector<std::string>{old_job->first.id});
+  EXPECT_EQ(core_->GetJob(alice, young->first.id)->deleted_at, 0);
+  EXPECT_EQ(core_->GetJob(alice, queued->first.id)->deleted_at, 0);
+  EXPECT_EQ(core_->AuditLog(0, 1).back().actor, "server");
 }
 
 TEST_F(CoreTest, TokensAreStoredHashed) {

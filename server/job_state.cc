@@ -222,6 +222,17 @@ JobState::Flushed JobState::Flush(store::WriteBatch& batch, std::vector<std::str
 
 // ------------------------------------------------------------------ transitions
 
+void JobState::Delete(JobEntry& e, int64_t now) {
+  Job& job = e.job;
+  job.deleted_at = now;
+  job.spec = api::DeletedSpec(job.spec);
+  job.params.clear();
+  job.checkpoint_attempt = 0;
+  job.checkpoint_bytes = 0;
+  job.checkpoint_at = 0;
+  Touch(e);
+}
+
 JobEntry& JobState::Add(Job job) {
   JobEntry& e = jobs_[job.id];
   e.job = std::move(job);

@@ -164,6 +164,9 @@ class JobState {
   void LosePart(JobEntry& e, const std::string& node_id, const std::string& reason);
   // The server holds a new checkpoint of the job's `attempt`.
   void Checkpointed(JobEntry& e, int attempt, int64_t bytes);
+  // An ended job's data is deleted at `now`: its record keeps only what
+  // billing needs (api::DeletedSpec), and its checkpoint is forgotten.
+  void Delete(JobEntry& e, int64_t now);
 
   // Whether an agent has been handed any part of the job's current attempt.
   bool Delivered(const api::Job& job) const;

@@ -184,6 +184,7 @@ Result<api::Job> JobRecordFromDoc(const std::string& doc) {
     job.checkpoint_bytes = Int(*c, "bytes");
     job.checkpoint_at = Int(*c, "at");
   }
+  job.deleted_at = Int(j, "deleted_at");
   if (auto attempts = j.find("attempts"); attempts != j.end() && attempts->is_array()) {
     for (const json& a : *attempts) {
       if (a.is_object()) job.attempts.push_back(AttemptFromRecord(a));

@@ -99,13 +99,24 @@ int RunServer(const ServerOptions& options) {
   core_options.node_token_life_ms = options.node_token_life_ms;
   core_options.report_grace_ms = std::max<int64_t>(options.node_timeout_ms, 5'000);
   core_options.telemetry.low_utilization_window_ms = options.low_utilization_window_ms;
+  core_options.retention_ms = options.retention_ms;
   auto* core = new Core(store->release(), SystemClock::Default(), core_options);
   core->set_code_checker(
       [blobs](const std::string& owner, const std::string& id) { return blobs->HasCode(owner, id); });
+  auto delete_blobs = [blobs](const std::vector<DeletedBlobs>& deleted) {
+    for (const DeletedBlobs& d : deleted) {
+      Status st = d.job_id.empty() ? Status::Ok() : blobs->DeleteJob(d.job_id);
+      if (st.ok() && !d.code.empty()) st = blobs->DeleteCode(d.owner, d.code);
+      if (!st.ok()) spdlog::error("deleting {}: {}", d.job_id.empty() ? d.code : d.job_id, st.ToString());
+    }
+  };
+  core->set_blob_deleter(delete_blobs);
   if (Status st = core->Recover(); !st.ok()) {
     spdlog::error("recovery failed: {}", st.ToString());
     return 1;
   }
+  // A deletion is durable before its blobs go: finish any a crash cut short.
+  delete_blobs(core->DeletedJobs());
   auto admin = core->EnsureAdminToken();
   if (!admin.ok()) {
     spdlog::error("{}", admin.status().ToString());

@@ -12,6 +12,7 @@ struct ServerOptions {
   int64_t node_timeout_ms = 10'000;       // heartbeats missing this long: node lost
   // How long a node token lives (renewed in heartbeats); 0: for ever.
   int64_t node_token_life_ms = 30LL * 24 * 3'600'000;
+  int64_t retention_ms = 0;  // 0: ended jobs' data is kept until tide rm
   // A running job whose GPUs average under 10% utilisation for this long is
   // flagged low_utilization (server/telemetry.h).
   int64_t low_utilization_window_ms = 10 * 60'000;

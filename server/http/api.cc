@@ -111,7 +111,7 @@ namespace {
 
 // What a user token's scope lets it do. read: look (GET, HEAD) and ask for
 // an estimate. submit: that, and submit, cancel and upload code for jobs
-// and batches. full: everything the user may. Routes refuse the rest with
+// and batches, and delete jobs. full: everything the user may. Routes refuse the rest with
 // 403 naming the scope.
 Status ScopeAllows(const Caller& caller, const std::string& method, const std::string& path,
                    const std::vector<std::string>& seg) {
@@ -122,13 +122,14 @@ Status ScopeAllows(const Caller& caller, const std::string& method, const std::s
   if (caller.access == Access::kSubmit) {
     bool submit = method == "POST" && (resource == "jobs" || resource == "batches") &&
                   (seg.size() == 2 || (seg.size() == 4 && seg[3] == "cancel"));
+    submit = submit || (method == "DELETE" && resource == "jobs" && seg.size() == 3);
     bool code = method == "POST" && resource == "code" && seg.size() == 2;
     if (submit || code) return Status::Ok();
   }
   return Status::PermissionDenied(std::string("this token's scope is ") + AccessName(caller.access) +
                                   (caller.access == Access::kRead
                                        ? ": it may only look"
-                                       : ": it may look, and submit and cancel jobs and batches") +
+                                       : ": it may look, submit and cancel jobs and batches, and delete jobs") +
                                   "; " + method + " " + path + " needs a token of scope full");
 }
 

@@ -1,4 +1,4 @@
-// /v1/jobs: submit, list, get, cancel, logs (with follow), metrics, GPU telemetry, outputs;
+// /v1/jobs: submit, list, get, cancel, delete, logs (with follow), metrics, GPU telemetry, outputs;
 // /v1/code.
 #include <spdlog/spdlog.h>
 
@@ -13,6 +13,18 @@ namespace tide::server {
 
 using nlohmann::json;
 
+namespace {
+// The job whose data a request reads, unless its data was deleted.
+Result<api::Job> WithData(Result<api::Job> job) {
+  if (job.ok() && job->deleted_at > 0) {
+    return Status::NotFound("the data of job " + job->id +
+                            " was deleted (tide rm, or the server's retention): its logs, "
+                            "metrics, outputs and checkpoints are gone");
+  }
+  return job;
+}
+}  // namespace
+
 Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg) {
   if (seg.size() == 2) {
     if (req.method == "POST") return SubmitJob(req, caller);
@@ -22,6 +34,11 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
   const std::string& id = seg[2];
   if (seg.size() == 3 && req.method == "GET") {
     auto job = core_->GetJob(caller, id);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JsonResponse(200, JobJson(*job));
+  }
+  if (seg.size() == 3 && req.method == "DELETE") {
+    auto job = core_->DeleteJob(caller, id);
     if (!job.ok()) return ErrorResponse(job.status());
     return JsonResponse(200, JobJson(*job));
   }
@@ -45,7 +62,7 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
     return JsonResponse(200, api::ToJson(*t));
   }
   if (seg.size() == 4 && seg[3] == "checkpoint" && req.method == "GET") {
-    auto job = core_->GetJob(caller, id);
+    auto job = WithData(core_->GetJob(caller, id));
     if (!job.ok()) return ErrorResponse(job.status());
     auto rank = QueryInt(req, "rank", 0, 0, api::kMaxNodes - 1);
     if (!rank.ok()) return ErrorResponse(rank.status());
@@ -114,7 +131,7 @@ Response Api::ListJobs(const Request& req, const Caller& caller) {
 // ends when the job ends; when the job moves to a new attempt the stream
 // continues with a marker line and the new attempt's log.
 Response Api::Logs(const Request& req, const Caller& caller, const std::string& id) {
-  auto job = core_->GetJob(caller, id);
+  auto job = WithData(core_->GetJob(caller, id));
   if (!job.ok()) return ErrorResponse(job.status());
   auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
   if (!attempt.ok()) return ErrorResponse(attempt.status());
@@ -192,7 +209,7 @@ Response Api::Metrics(const Request& req, const Caller& caller, const std::strin
       return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
     }
   }
-  auto job = core_->GetJob(caller, id);
+  auto job = WithData(core_->GetJob(caller, id));
   if (!job.ok()) return ErrorResponse(job.status());
   auto attempt = QueryInt(req, "attempt", 0, 0, 1'000'000);
   if (!attempt.ok()) return ErrorResponse(attempt.status());
@@ -214,7 +231,7 @@ Response Api::Metrics(const Request& req, const Caller& caller, const std::strin
 
 Response Api::Outputs(const Request& req, const Caller& caller, const std::string& id,
                       const std::string& path) {
-  auto job = core_->GetJob(caller, id);
+  auto job = WithData(core_->GetJob(caller, id));
   if (!job.ok()) return ErrorResponse(job.status());
   if (path.empty()) {
     auto files = blobs_->ListOutputs(id);

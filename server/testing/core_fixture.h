@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,11 +48,12 @@ class CoreTest : public ::testing::Test {
     Boot();
   }
   void Boot() {
-    CoreOptions options;
+    CoreOptions options = options_;
     options.node_timeout_ms = 10'000;
     options.report_grace_ms = 10'000;
     options.tick_ms = 20;
     core_ = std::make_unique<Core>(store_.get(), &clock_, options);
+    if (blob_deleter_) core_->set_blob_deleter(blob_deleter_);
     ASSERT_TRUE(core_->Recover().ok());
     core_->Start();
   }
@@ -90,6 +92,9 @@ class CoreTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  // What the next Boot() uses beyond the fixture's timings.
+  CoreOptions options_;
+  std::function<void(const std::vector<DeletedBlobs>&)> blob_deleter_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Core> core_;
 };

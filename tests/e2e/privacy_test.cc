@@ -109,5 +109,62 @@ TEST_F(PrivacyTest, ASecretWithoutAValueIsRefusedBeforeAnythingIsSent) {
   EXPECT_TRUE(client_->ListJobs({})->jobs.empty());
 }
 
+TEST_F(PrivacyTest, RmDeletesAJobsDataForGoodAndKeepsItsBill) {
+  const std::string code = cluster_.dir() + "/code";
+  fs::create_directories(code);
+  std::ofstream(code + "/run.sh") << "echo private-log-line\n"
+                                    "echo private-output > \"$TIDE_OUTPUT_DIR/result.txt\"\n"
+                                    "echo '{\"loss\": 0.5}' >> \"$TIDE_METRICS_FILE\"\n";
+  auto sub = cluster_.Cli({"submit", "--code", code, "-q", "--", "sh", "run.sh"}, token_);
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  ASSERT_EQ(WaitTerminal(*client_, id).status, api::JobStatus::kCompleted);
+  ASSERT_NE(client_->GetLogs(id)->find("private-log-line"), std::string::npos);
+  const std::string code_id = client_->GetJob(id)->spec.code;
+  const std::string blobs = cluster_.dir() + "/server/blobs";
+  ASSERT_TRUE(fs::exists(blobs + "/outputs/" + id + "/result.txt"));
+  ASSERT_TRUE(fs::exists(blobs + "/code"));
+
+  // A job still running is refused, and keeps everything.
+  auto running = cluster_.Cli({"submit", "-q", "--", "sleep", "30"}, token_);
+  const std::string running_id = running.out.substr(0, running.out.find('\n'));
+  auto refused = cluster_.Cli({"rm", running_id}, token_);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("cancel it first (tide cancel " + running_id + ")"), std::string::npos)
+      << refused.err;
+
+  auto rm = cluster_.Cli({"rm", id}, token_);
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(rm.out, id + " deleted (completed)\n");
+  for (const char* sub_dir : {"logs", "metrics", "outputs", "checkpoints"}) {
+    EXPECT_FALSE(fs::exists(blobs + "/" + sub_dir + "/" + id)) << sub_dir;
+  }
+  std::string archives;
+  for (const auto& e : fs::recursive_directory_iterator(blobs + "/code")) archives += e.path().string();
+  EXPECT_EQ(archives.find(code_id), std::string::npos) << archives;
+  auto logs = cluster_.Cli({"logs", id}, token_);
+  EXPECT_NE(logs.exit_code, 0);
+  EXPECT_NE(logs.err.find("was deleted"), std::string::npos) << logs.err;
+  EXPECT_NE(cluster_.Cli({"outputs", id}, token_).exit_code, 0);
+  // What billing needs stays: the status, the attempts, the cost.
+  auto status = cluster_.Cli({"status", id, "-o", "json"}, token_);
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  json kept = json::parse(status.out);
+  EXPECT_EQ(kept["status"], "completed");
+  EXPECT_GT(kept["deleted_at"].get<int64_t>(), 0);
+  EXPECT_EQ(kept["attempts"].size(), 1u);
+  EXPECT_TRUE(kept.contains("cost"));
+  EXPECT_EQ(kept["command"], json::array());
+  EXPECT_EQ(status.out.find("run.sh"), std::string::npos);
+  EXPECT_EQ(cluster_.Cli({"rm", id}, token_).exit_code, 0) << "deleting again is not an error";
+  auto audit = cluster_.Cli({"admin", "audit", "-o", "json"}, cluster_.admin_token());
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  EXPECT_NE(audit.out.find("\"job.delete\""), std::string::npos) << audit.out;
+  // A restart finds the job deleted still.
+  cluster_.KillServer(SIGKILL);
+  cluster_.StartServer();
+  EXPECT_GT(client_->GetJob(id)->deleted_at, 0);
+}
+
 }  // namespace
 }  // namespace tide::e2e
