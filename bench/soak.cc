@@ -11,7 +11,9 @@
 //     wrote within the same span of time;
 //   - the ledger balances (GET /v1/admin/ledger/check) and no account is
 //     negative;
-//   - no token (user, admin, join, node) appears in any log.
+//   - no token (user, admin, join, node) and no job's secret appears in any
+//     log: the server's, the agents', or a job's own as the server stored
+//     it (each job prints its secret, which the agent masks).
 //
 // It prints the counts (operations, kills, jobs, failures found) and exits
 // 1 when a check failed or when it measured nothing. Bounded by --seconds;
@@ -26,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -185,12 +188,17 @@ int main(int argc, char** argv) {
     agents.back().Start();
   }
 
-  // Each attempt of a job writes "JOB ATTEMPT NANOS" five times a second.
+  // Each attempt of a job writes "JOB ATTEMPT NANOS" five times a second,
+  // and prints its secret into its log (which must mask it).
+  const std::string secret = "secret_" + std::to_string(std::random_device{}()) + "-soak-value";
+  secrets.push_back(secret);
   const std::string command =
+      "echo \"the secret is $SOAK_SECRET\"; "
       "i=0; while [ $i -lt 10 ]; do echo \"$TIDE_JOB_ID $TIDE_ATTEMPT $(date +%s%N)\" >> " + trace +
       "; sleep 0.2; i=$((i+1)); done";
   const json spec = {{"command", {"sh", "-c", command}},
                      {"resources", {{"gpu_count", 1}}},
+                     {"secrets", {{"SOAK_SECRET", secret}}},
                      {"max_runtime", "5m"}};
 
   Counts counts;
@@ -371,15 +379,20 @@ int main(int argc, char** argv) {
   }
   server.Stop();
   for (Proc& a : agents) a.Stop();
+  // The daemons' logs, and every job log the server stored.
   std::vector<std::string> logs = {server.log};
   for (const Proc& a : agents) logs.push_back(a.log);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/server/blobs/logs", ec)) {
+    if (e.is_regular_file()) logs.push_back(e.path().string());
+  }
   for (const std::string& log : logs) {
     auto text = ReadFile(log);
     if (!text.ok()) continue;
     for (const std::string& s : secrets) {
       // The secret part only: a token's prefix (tide_u_) names its kind.
       if (s.size() > 16 && text->find(s.substr(7)) != std::string::npos) {
-        fprintf(stderr, "a token appears in %s\n", log.c_str());
+        fprintf(stderr, "a token or secret appears in %s\n", log.c_str());
         leaked++;
       }
     }
@@ -391,7 +404,7 @@ int main(int argc, char** argv) {
   printf("tide-soak: %d s, %d agents, seed %u: %ld submissions acknowledged (%ld failed while the "
          "server was down), %ld cancels, %ld batches, %ld cards redeemed; %d server kills, %d agent "
          "kills; %zu jobs checked (%ld terminal, %ld queued), %ld ran; failures: %d missing, %d "
-         "unsettled, %d overlapping attempts, %d negative accounts, %d ledger, %d tokens in logs\n",
+         "unsettled, %d overlapping attempts, %d negative accounts, %d ledger, %d tokens or secrets in logs\n",
          o.seconds, o.agents, o.seed, counts.submitted.load(), counts.submit_failed.load(),
          counts.cancelled.load(), counts.batches.load(), counts.redeemed.load(), server_kills,
          agent_kills, final_jobs.size(), terminal, queued, trace_jobs, missing, unsettled, overlaps,
