@@ -16,7 +16,8 @@
 // Keep-alive connections pay the handshake once each.
 //
 // With --flood N it measures instead what one token's flood does to another
-// token's submissions, on a server with its default limits: a steady
+// token's submissions, on a server with its default limits (or, with
+// --flood-limit, that --token-rate-limit for every token): a steady
 // token submits at --steady-rate jobs/s for --seconds, alone and then
 // beside N connections of a second token that submit as fast as they can
 // (no retries: each 429 is counted), alternating for --rounds; it prints
@@ -29,7 +30,7 @@
 //   tide-load [--tide PATH] [--connections 8] [--jobs 4000] [--latency-jobs 50]
 //             [--priced on|off] [--batch-trials 10000] [--tls off|on|both]
 //             [--rounds N]
-//   tide-load --flood 16 [--steady-rate 200] [--seconds 10] [--rounds 3]
+//   tide-load --flood 16 [--steady-rate 200] [--seconds 10] [--rounds 3] [--flood-limit R/s:B]
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -67,6 +68,7 @@ struct Options {
   int flood = 0;        // --flood N: connections of the flooding token
   int steady_rate = 200;
   int seconds = 10;
+  std::string flood_limit;  // --flood-limit: the server's --token-rate-limit; "" = its default
 };
 
 struct Figures {
@@ -269,8 +271,12 @@ bool RunFlood(const Options& o) {
   std::string dir = mkdtemp(tmpl);
   std::string listen = "127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
   std::string url = "http://" + listen;
-  pid_t server = Spawn({o.tide_bin, "server", "--listen", listen, "--data-dir", dir + "/server"},
-                       dir + "/server.log");
+  std::vector<std::string> server_argv = {o.tide_bin, "server", "--listen", listen, "--data-dir",
+                                          dir + "/server"};
+  if (!o.flood_limit.empty()) {
+    server_argv.insert(server_argv.end(), {"--token-rate-limit", o.flood_limit});
+  }
+  pid_t server = Spawn(server_argv, dir + "/server.log");
   auto connect = [&](const std::string& token) {
     return std::move(api::Client::Create(url, token, api::TlsTrust{})).value();
   };
@@ -389,11 +395,13 @@ const char kUsage[] =
     "                 [--priced on|off] [--batch-trials 10000] [--tls off|on|both]\n"
     "                 [--rounds 1]\n"
     "       tide-load --flood N [--steady-rate 200] [--seconds 10] [--rounds 3]\n"
+    "                 [--flood-limit RATE/s:BURST]\n"
     "Starts a tide server and agent on loopback and prints durable submissions/s,\n"
     "submit-to-running latency and one batch's figures; --tls both measures plain\n"
     "HTTP and HTTPS, alternating for --rounds, and prints what TLS costs.\n"
     "--flood N measures a steady token's submissions alone and beside N connections\n"
-    "of another token submitting as fast as they can (the server's default limits).\n";
+    "of another token submitting as fast as they can (the server's default limits,\n"
+    "or --flood-limit as every token's --token-rate-limit).\n";
 
 }  // namespace
 
@@ -421,6 +429,7 @@ int main(int argc, char** argv) {
     else if (a == "--flood") o.flood = atoi(v.c_str());
     else if (a == "--steady-rate") o.steady_rate = atoi(v.c_str());
     else if (a == "--seconds") o.seconds = atoi(v.c_str());
+    else if (a == "--flood-limit") o.flood_limit = v;
     else if (a == "--tls" && (v == "off" || v == "on" || v == "both")) tls = v;
     else {
       fprintf(stderr, "unknown flag or value: %s %s\n%s", a.c_str(), v.c_str(), kUsage);

@@ -96,6 +96,17 @@ constexpr auto kHeaderTimeout = std::chrono::seconds(10);  // first byte to end 
 constexpr auto kIoTimeout = std::chrono::seconds(60);      // each body read or answer write
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr int kMaxConnections = 2000;
+constexpr std::chrono::milliseconds kRateLimitPause{1000};  // the most a 429 holds a connection
+
+// A 429's Retry-After, in whole seconds as sent; a second if it has none.
+std::chrono::milliseconds RetryAfter(const Response& out) {
+  auto it = out.headers.find("Retry-After");
+  if (it == out.headers.end()) return kRateLimitPause;
+  char* end = nullptr;
+  long s = std::strtol(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || s < 0) return kRateLimitPause;
+  return std::chrono::milliseconds(s * 1000);
+}
 
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
@@ -539,6 +550,14 @@ void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remo
     lowest.expires_after(kIoTimeout);
     ec = conn.Await([&](auto h) { http::async_write(stream, res, h); });
     if (ec || !res.keep_alive()) break;
+    // Over its rate: this connection is not read again before Retry-After
+    // (at most a second), so a flood costs a waiting thread, not the CPU
+    // that other tokens' requests need.
+    if (out.status == 429) {
+      net::steady_timer pause(lowest.get_executor());
+      pause.expires_after(std::min(kRateLimitPause, RetryAfter(out)));
+      conn.Await([&](auto h) { pause.async_wait(h); });
+    }
   }
 }
 
