@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   // a command left out of every group.
   cmd::Group(app, {"dev", "version"}, "Start here");
   cmd::Group(app, {"submit", "sbatch", "batch", "ls", "status", "logs", "metrics", "cancel", "wait",
-                   "outputs"},
+                   "outputs", "rm"},
              "Run jobs (users)");
   cmd::Group(app, {"redeem", "balance", "usage", "estimate", "token"},
              "Credit, cost and tokens (users)");
