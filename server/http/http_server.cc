@@ -98,6 +98,19 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr int kMaxConnections = 2000;
 constexpr std::chrono::milliseconds kRateLimitPause{1000};  // the most a 429 holds a connection
 
+// Waits `pause` without reading from the peer; false as soon as it hangs
+// up (what it sent meanwhile is not served).
+bool PeerStaysFor(tcp::socket& socket, std::chrono::milliseconds pause) {
+  const auto until = std::chrono::steady_clock::now() + pause;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return true;
+    // Only the hang-up wakes the poll: data waits its turn.
+    pollfd pfd{socket.native_handle(), POLLRDHUP, 0};
+    if (::poll(&pfd, 1, static_cast<int>(left.count())) > 0) return false;
+  }
+}
+
 // A 429's Retry-After, in whole seconds as sent; a second if it has none.
 std::chrono::milliseconds RetryAfter(const Response& out) {
   auto it = out.headers.find("Retry-After");
@@ -552,11 +565,9 @@ void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remo
     if (ec || !res.keep_alive()) break;
     // Over its rate: this connection is not read again before Retry-After
     // (at most a second), so a flood costs a waiting thread, not the CPU
-    // that other tokens' requests need.
-    if (out.status == 429) {
-      net::steady_timer pause(lowest.get_executor());
-      pause.expires_after(std::min(kRateLimitPause, RetryAfter(out)));
-      conn.Await([&](auto h) { pause.async_wait(h); });
+    // that other tokens' requests need. A client that hangs up is let go.
+    if (out.status == 429 && !PeerStaysFor(socket, std::min(kRateLimitPause, RetryAfter(out)))) {
+      break;
     }
   }
 }
