@@ -121,9 +121,12 @@ JobReporter::Call JobReporter::Retry(const std::string& what, const std::functio
 
 void JobReporter::Run() {
   auto finish = [this] {
-    std::unique_lock<std::mutex> lock(state_->mu);
-    state_->cv.wait(lock, [this] { return state_->outcome_ready; });
-    // The job has exited; what it left goes before the attempt is done.
+    {
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait(lock, [this] { return state_->outcome_ready; });
+    }
+    // The job has exited; what it left goes before the attempt is done,
+    // outside the lock (a stop order may want it meanwhile).
     if (state_->wipe) WipeAttempt(paths_);
     state_->done = true;
   };
@@ -253,6 +256,14 @@ void JobReporter::Run() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     outcome = state_->outcome;
+  }
+  // The exit's message can quote the job's environment ("command not
+  // found (PATH=…)"): masked like the log.
+  for (const std::string& value : MaskedSecrets(job_.spec)) {
+    for (size_t at = outcome.message.find(value); at != std::string::npos;
+         at = outcome.message.find(value, at + value.size())) {
+      outcome.message.replace(at, value.size(), std::string(value.size(), '*'));
+    }
   }
   Call c = Retry("ship log", [&] { return shipper.Ship(state_->log_written, /*complete=*/true); });
   if (c == Call::kOk) {

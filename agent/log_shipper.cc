@@ -45,15 +45,13 @@ Status LogShipper::Read(int64_t offset, size_t n, std::string& buf) const {
 void LogShipper::Mask(int64_t offset, std::string& buf) {
   const int64_t end = offset + static_cast<int64_t>(buf.size());
   // Values found before that end before this read are done with.
-  found_.erase(std::remove_if(found_.begin(), found_.end(),
-                              [&](const auto& f) { return f.second <= offset; }),
-               found_.end());
+  for (auto it = found_.begin(); it != found_.end();) {
+    it = it->second <= offset ? found_.erase(it) : std::next(it);
+  }
   // Found in the bytes as read, so values that overlap are each masked.
   for (const std::string& m : masks_) {
     for (size_t at = buf.find(m); at != std::string::npos; at = buf.find(m, at + 1)) {
-      std::pair<int64_t, int64_t> f{offset + static_cast<int64_t>(at),
-                                    offset + static_cast<int64_t>(at + m.size())};
-      if (std::find(found_.begin(), found_.end(), f) == found_.end()) found_.push_back(f);
+      found_.insert({offset + static_cast<int64_t>(at), offset + static_cast<int64_t>(at + m.size())});
     }
   }
   // Then overwritten: these and the tails of values an earlier read found.

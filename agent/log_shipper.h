@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -64,7 +65,7 @@ class LogShipper {
   size_t longest_ = 0;
   // Values found in earlier reads, [begin, end) in the file, that may reach
   // into bytes not yet sent.
-  std::vector<std::pair<int64_t, int64_t>> found_;
+  std::set<std::pair<int64_t, int64_t>> found_;
 };
 
 }  // namespace tide::agent

@@ -115,9 +115,18 @@ std::string ParamText(const json& value) {
 }
 
 Result<JobSpec> TrialJobSpec(const BatchSpec& batch, const BatchTrial& trial) {
-  auto sub = Substitute(batch.job_template, trial, "template");
+  // Secrets are passed as they are: a value's braces are not parameters,
+  // and an error must not quote it.
+  json tmpl = batch.job_template;
+  json secrets;
+  if (auto it = tmpl.find("secrets"); it != tmpl.end()) {
+    secrets = std::move(*it);
+    tmpl.erase(it);
+  }
+  auto sub = Substitute(tmpl, trial, "template");
   if (!sub.ok()) return sub.status();
   json j = std::move(sub).value();
+  if (!secrets.is_null()) j["secrets"] = std::move(secrets);
   if (!j.contains("retry_times") && batch.retry_times > 0) j["retry_times"] = batch.retry_times;
   if (!j.contains("name")) {
     j["name"] = (batch.name.empty() ? std::string("batch") : batch.name) + "/" + trial.id;

@@ -93,6 +93,16 @@ TEST(BatchSpecTest, AWholeStringPlaceholderKeepsTheParametersType) {
   EXPECT_EQ(b.trials[0].id, "trial-1");
 }
 
+TEST(BatchSpecTest, SecretsReachEveryTrialAsWritten) {
+  BatchSpec b = Parse(J(R"({"template": {"command": "echo {x}",
+      "secrets": {"CREDS": "{\"key\": \"{x}{{y}}\"}"}}, "jobs": [{"x": "a"}, {"x": "b"}]})"));
+  for (const auto& trial : b.trials) {
+    auto spec = TrialJobSpec(b, trial);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->secrets.at("CREDS"), R"({"key": "{x}{{y}}"})") << "not a template";
+  }
+}
+
 TEST(BatchSpecTest, BracesAreWrittenDoubled) {
   BatchSpec b = Parse(J(R"({"template": {"command": "echo {{x}} {x}"}, "jobs": [{"x": "a"}]})"));
   auto spec = TrialJobSpec(b, b.trials[0]);

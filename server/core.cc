@@ -199,8 +199,8 @@ void Core::Tick(store::WriteBatch& batch) {
     }
   }
   reconciler_.LoseSilentNodes();
-  // Retention: a minute's worth of deletions at a time, so a long backlog
-  // never holds the loop up for long.
+  // Retention: at most 200 deletions a minute, so a long backlog is worked
+  // off in pieces (their files are removed on this thread after the write).
   if (options_.retention_ms > 0 && now_mono - last_retention_mono_ >= 60'000) {
     last_retention_mono_ = now_mono;
     std::vector<std::string> expired = PastRetention(clock_->NowMs(), 200);

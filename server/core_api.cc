@@ -668,6 +668,9 @@ Status Core::JobEvent(const std::string& node_id, const std::string& job_id,
 Result<int> Core::CheckAgentJob(const std::string& node_id, const std::string& job_id,
                                 int attempt, bool current_only) const {
   ReaderLock lock(state_mu_);
+  // A deleted job takes no more bytes, not even a stale attempt's log.
+  const JobEntry* e = jobs_.Find(job_id);
+  if (e != nullptr && e->job.deleted_at > 0) return Status::NotFound("job " + job_id + " was deleted");
   return reconciler_.AgentRank(node_id, job_id, attempt, current_only);
 }
 
