@@ -26,6 +26,25 @@ namespace net = boost::asio;
 namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
+namespace {
+
+// The system's CA store, read once per process and shared by every client:
+// OpenSSL 3.0 decodes the whole bundle when it is read, which takes longer
+// than many requests.
+X509_STORE* SystemCaStore() {
+  static X509_STORE* const store = [] {
+    X509_STORE* s = X509_STORE_new();
+    if (s && X509_STORE_set_default_paths(s) != 1) {
+      X509_STORE_free(s);
+      s = nullptr;
+    }
+    return s;
+  }();
+  return store;
+}
+
+}  // namespace
+
 struct HttpClient::Impl {
   std::string host;
   std::string port;
@@ -222,14 +241,16 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(const std::string& base_u
     impl->tls_ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
     SSL_CTX_set_min_proto_version(impl->tls_ctx->native_handle(), TLS1_2_VERSION);
     beast::error_code ec;
-    if (!trust.ca_file.empty()) {
+    if (!trust.pins.empty()) {
+      // A pin names the server's key itself: no CA is consulted, so none is loaded.
+    } else if (!trust.ca_file.empty()) {
       impl->tls_ctx->load_verify_file(trust.ca_file, ec);
       if (ec) {
         return Status::InvalidArgument("cannot use CA file " + trust.ca_file + ": " + ec.message(),
                                        "ca-file");
       }
-    } else {
-      impl->tls_ctx->set_default_verify_paths(ec);
+    } else if (X509_STORE* store = SystemCaStore()) {
+      SSL_CTX_set1_cert_store(impl->tls_ctx->native_handle(), store);
     }
     impl->pins = trust.pins;
   }
