@@ -170,19 +170,22 @@ Status Core::Run(Command command) {
 
 void Core::Apply(Pending& p, store::WriteBatch& batch) {
   store::WriteBatch own;
+  quiet_changes_ = 0;
   p.result = p.command(own);
+  const size_t quiet = quiet_changes_;
   if (!p.result.ok()) return;  // what it changed in the rooms goes with the next one
   std::vector<std::string> added;
   JobState::Flushed f = jobs_.Flush(own, &added);
   // New jobs (and a new batch of them) need only a pass over themselves;
-  // anything else that was written may change what the scheduler decides.
-  bool only_submissions = f.changed == 0 && own.nodes.empty() && own.users.empty() &&
-                          own.tokens.empty() && own.delete_tokens.empty() &&
-                          own.cards.empty() && own.settings.empty();
-  if (!only_submissions) {
+  // jobs that changed but free nothing (a queued job cancelled) a full pass
+  // at the next tick; anything else may change what the scheduler decides now.
+  bool only_jobs = own.nodes.empty() && own.users.empty() && own.tokens.empty() &&
+                   own.delete_tokens.empty() && own.cards.empty() && own.settings.empty();
+  if (!only_jobs || f.changed > quiet) {
     planner_.NeedFullPass();
-  } else if (!added.empty()) {
-    planner_.Submitted(added);
+  } else {
+    if (f.changed > 0) planner_.NeedFullPassSoon();
+    if (!added.empty()) planner_.Submitted(added);
   }
   batch.Append(std::move(own));
 }

@@ -384,6 +384,9 @@ class Core : private JobState::Listener {
   std::map<std::string, std::string> user_names_ TIDE_GUARDED_BY(state_mu_);  // name -> id
   Tokens tokens_ TIDE_GUARDED_BY(state_mu_);
   Audit audit_ TIDE_GUARDED_BY(state_mu_);
+  // Jobs the command being applied changed in ways that free nothing now
+  // (NeedFullPassSoon); Apply counts them against what JobState flushed.
+  size_t quiet_changes_ TIDE_GUARDED_BY(state_mu_) = 0;
   std::map<std::pair<std::string, std::string>, std::string> idempotency_ TIDE_GUARDED_BY(state_mu_);
   int64_t last_meter_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
   int64_t last_retention_mono_ TIDE_GUARDED_BY(state_mu_) = 0;

@@ -381,7 +381,10 @@ Result<Job> Core::CancelJob(const Caller& caller, const std::string& id) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
     JobEntry* e = jobs_.Find(id);
     if (e == nullptr || !Visible(caller, e->job)) return Status::NotFound("no job " + id);
-    if (!api::IsTerminal(e->job.status) && !e->job.cancel_requested) jobs_.Cancel(*e, "cancelled");
+    if (!api::IsTerminal(e->job.status) && !e->job.cancel_requested) {
+      if (e->job.status == api::JobStatus::kQueued) ++quiet_changes_;  // it held nothing
+      jobs_.Cancel(*e, "cancelled");
+    }
     out = e->job;
     return Status::Ok();
   });
@@ -399,7 +402,10 @@ Result<Job> Core::DeleteJob(const Caller& caller, const std::string& id) {
       return Status::Conflict("job " + id + " is " + api::JobStatusName(e->job.status) +
                               ": cancel it first (tide cancel " + id + "), then delete it");
     }
-    if (e->job.deleted_at == 0) Delete({id}, caller, batch);
+    if (e->job.deleted_at == 0) {
+      Delete({id}, caller, batch);
+      ++quiet_changes_;  // an ended job's record, cut: the scheduler sees nothing new
+    }
     out = e->job;
     return Status::Ok();
   });

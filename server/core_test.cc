@@ -128,6 +128,25 @@ TEST_F(CoreTest, CancelQueuedIsImmediateRunningIsOrdered) {
   EXPECT_EQ(core_->GetJob(alice, running->first.id)->status, JobStatus::kCancelled);
 }
 
+// A queued job's cancel frees nothing, so the pass it may unblock runs at
+// the next tick instead of once per cancel: what it unblocks still starts.
+TEST_F(CoreTest, CancellingAQueuedJobUnblocksItsDependentsAtTheNextTick) {
+  Caller alice = User("alice");
+  AddNode("n1", 1);
+  auto blocker = core_->SubmitJob(alice, Spec(8), "");  // no node has 8 GPUs
+  ASSERT_TRUE(blocker.ok());
+  api::JobSpec after = Spec();
+  after.depends_on = {{"afterany", blocker->first.id}};
+  auto dependent = core_->SubmitJob(alice, after, "");
+  ASSERT_TRUE(dependent.ok());
+  EXPECT_EQ(dependent->first.status, JobStatus::kQueued);
+  EXPECT_EQ(core_->CancelJob(alice, blocker->first.id)->status, JobStatus::kCancelled);
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(100);  // the core's tick
+    return core_->GetJob(alice, dependent->first.id)->status == JobStatus::kStarting;
+  }));
+}
+
 TEST_F(CoreTest, CancelBeforeTheAgentHasItEndsAtOnce) {
   Caller alice = User("alice");
   std::string node = AddNode("n1", 1);

@@ -71,6 +71,10 @@ void PlanApplier::Tick() {
   // Waiting work is re-ranked now and then even when nothing happens:
   // service levels, fair-share usage and starvation change with time.
   const int64_t now_mono = clock_->MonotonicMs();
+  if (full_soon_) {
+    full_needed_ = true;
+    full_soon_ = false;
+  }
   if (refine_reasons_ || (!jobs_->queued().empty() && now_mono - last_full_pass_mono_ >= 5'000)) {
     full_needed_ = true;
     refine_reasons_ = false;
@@ -178,6 +182,7 @@ SchedulerInput PlanApplier::Snapshot(int64_t now, const std::vector<std::string>
 void PlanApplier::Pass() {
   bool full = full_needed_;
   full_needed_ = false;
+  if (full) full_soon_ = false;
   std::vector<std::string> fresh = std::move(submitted_);
   submitted_.clear();
   if (jobs_->queued().empty()) {

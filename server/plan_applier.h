@@ -61,6 +61,10 @@ class PlanApplier {
   // --- what changed ---
   // Something besides new submissions changed: the next pass ranks all.
   void NeedFullPass() { full_needed_ = true; }
+  // Something changed that frees nothing now (a queued job cancelled, an
+  // ended one deleted): a full pass at the next tick is soon enough, so a
+  // thousand cancels in a row cost a few passes, not a thousand.
+  void NeedFullPassSoon() { full_soon_ = true; }
   // New queued jobs (a submission, or the trials of a batch).
   void Submitted(const std::vector<std::string>& ids);
   // Time alone changes levels, usage and starvation: every few seconds a
@@ -99,6 +103,7 @@ class PlanApplier {
   sched::FairShare fair_;
   std::map<std::string, double> weights_;  // set by the admin
   bool full_needed_ = true;
+  bool full_soon_ = false;
   // Set when an incremental pass left jobs waiting: the next tick refines
   // their reasons with a full pass.
   bool refine_reasons_ = false;
