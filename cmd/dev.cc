@@ -258,11 +258,27 @@ bool AnyReadyNode(api::Client& client) {
   return false;
 }
 
-void PrintBanner(const std::string& url, const std::string& token, const DevOptions& opts,
-                 const std::string& gpus, const Child& server, const Child& agent) {
+// A one-time link into the web console as the dev user, or "" (and why,
+// said) if the server would not make one.
+std::string ConsoleLink(api::Client& admin, api::Client& user, const std::string& url) {
+  auto who = user.Call("GET", "/v1/session");
+  if (!who.ok()) return "";
+  auto link = admin.Call("POST", "/v1/admin/login-links", {{"user", (*who)["user"]}});
+  if (!link.ok()) {
+    Say("no console login link: " + link.status().message());
+    return "";
+  }
+  return url + (*link)["path"].get<std::string>();
+}
+
+void PrintBanner(const std::string& url, const std::string& token, const std::string& console,
+                 const DevOptions& opts, const std::string& gpus, const Child& server,
+                 const Child& agent) {
   std::string tide = SelfCommand();
   std::cout << "\n"
             << "Tide is running.\n"
+            << "  console    " << (console.empty() ? url + "/" : console)
+            << (console.empty() ? "" : "  (a one-time login link, for 15 minutes)") << "\n"
             << "  api        " << url << "/v1  (health: " << url << "/healthz)\n"
             << "  gpus       " << gpus << "\n"
             << "  data       " << opts.data_dir << "  (server pid " << server.pid()
@@ -423,8 +439,8 @@ int RunDev(const DevOptions& opts) {
     return failed_start(r, "the agent to register");
   }
 
-  PrintBanner(url, *dev_token, opts, fake_gpus.empty() ? "real (NVML)" : fake_gpus + " (fake)",
-              server, *agent);
+  PrintBanner(url, *dev_token, ConsoleLink(**admin, **user, url), opts,
+              fake_gpus.empty() ? "real (NVML)" : fake_gpus + " (fake)", server, *agent);
 
   // 4. Supervise until asked to stop or a child dies.
   while (true) {

@@ -130,6 +130,51 @@ Result<int> OpenRegularBeneath(int root_fd, const std::string& rel, int64_t* siz
   return fd;
 }
 
+Status StreamTar(const std::vector<std::pair<std::string, int64_t>>& files,
+                 const std::function<Result<std::string>(const std::string& path)>& read,
+                 const std::function<bool(std::string_view)>& sink) {
+  struct Out {
+    const std::function<bool(std::string_view)>* sink;
+    bool gone = false;
+  } out{&sink};
+  Writer w(archive_write_new());
+  archive_write_set_format_pax_restricted(w.get());
+  archive_write_set_bytes_in_last_block(w.get(), 1);  // no padding past the end
+  auto write_cb = [](struct archive*, void* client, const void* buf, size_t n) -> la_ssize_t {
+    auto* o = static_cast<Out*>(client);
+    if (o->gone || !(*o->sink)(std::string_view(static_cast<const char*>(buf), n))) {
+      o->gone = true;
+      return -1;
+    }
+    return static_cast<la_ssize_t>(n);
+  };
+  if (archive_write_open(w.get(), &out, nullptr, write_cb, nullptr) != ARCHIVE_OK) {
+    return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
+  }
+  for (const auto& [path, size] : files) {
+    auto data = read(path);
+    if (!data.ok()) return data.status();
+    if (static_cast<int64_t>(data->size()) != size) {
+      return Status::Conflict(path + " changed while the archive was written");
+    }
+    std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
+                                                                          archive_entry_free);
+    archive_entry_set_pathname(e.get(), path.c_str());
+    archive_entry_set_filetype(e.get(), AE_IFREG);
+    archive_entry_set_perm(e.get(), 0644);
+    archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
+    if (archive_write_header(w.get(), e.get()) < ARCHIVE_WARN ||
+        archive_write_data(w.get(), data->data(), data->size()) < 0) {
+      if (out.gone) return Status::Ok();
+      return Status::Internal("archive " + path + ": " + ErrorString(w.get()));
+    }
+  }
+  if (archive_write_close(w.get()) != ARCHIVE_OK && !out.gone) {
+    return Status::Internal(std::string("archive: ") + ErrorString(w.get()));
+  }
+  return Status::Ok();
+}
+
 Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::InvalidArgument(dir + " is not a directory");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,16 @@ struct PackOptions {
 // without following links. `options.exclude` leaves entries out,
 // `options.extra_files` adds some.
 Result<std::string> PackDirectory(const std::string& dir, const PackOptions& options = {});
+
+// Writes an uncompressed tar of `files` (path below the archive's root, and
+// size) to `sink` piece by piece as it goes, each file's bytes read by
+// `read` when its turn comes: an archive of any size passes through in
+// bounded memory. A file whose size changed, or that cannot be read, ends
+// the archive early with an error; false from `sink` stops it (the reader
+// went away).
+Status StreamTar(const std::vector<std::pair<std::string, int64_t>>& files,
+                 const std::function<Result<std::string>(const std::string& path)>& read,
+                 const std::function<bool(std::string_view)>& sink);
 
 // Opens the regular file `rel` ("a/b.txt") below the directory `dir_fd` for
 // reading and sets *size: never through a link at any level, so a

@@ -30,6 +30,8 @@ class TIDE_CAPABILITY("mutex") SharedMutex {
   // Tells the analysis that the caller holds it exclusively, where that is
   // so by construction (a closure the core thread runs under the lock).
   void AssertHeld() const TIDE_ASSERT_CAPABILITY(this) {}
+  // The same for a reader (a closure run under the shared lock).
+  void AssertReaderHeld() const TIDE_ASSERT_SHARED_CAPABILITY(this) {}
 
  private:
   std::shared_mutex mu_;

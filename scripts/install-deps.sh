@@ -19,7 +19,12 @@ packages=(
   libseccomp-dev bubblewrap runc busybox-static
   # examples/pytorch-classifier and its end-to-end tests (CPU)
   python3-torch python3-torchvision
+  # tests/browser/: the web console in a real browser (Playwright drives it)
+  chromium
 )
+# The web console (web/) is built with Node.js 18 or later and npm: Debian's,
+# unless the machine has its own.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do

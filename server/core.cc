@@ -202,6 +202,17 @@ void Core::Tick(store::WriteBatch& batch) {
     }
   }
   reconciler_.LoseSilentNodes();
+  // Sessions and login links past their end leave the store once a minute.
+  if (now_mono - last_session_sweep_mono_ >= 60'000) {
+    last_session_sweep_mono_ = now_mono;
+    const int64_t now = clock_->NowMs();
+    for (const std::string& hash : tokens_.HashesWhere([&](const store::TokenRow& r) {
+           return (r.kind == "session" || r.kind == "login") && r.expires_at != 0 &&
+                  r.expires_at <= now;
+         })) {
+      tokens_.Revoke(hash, batch);
+    }
+  }
   // Retention: at most 200 deletions a minute, so a long backlog is worked
   // off in pieces (their files are removed on this thread after the write).
   if (options_.retention_ms > 0 && now_mono - last_retention_mono_ >= 60'000) {

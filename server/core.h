@@ -27,6 +27,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,7 +67,24 @@ struct Caller {
   Access access = Access::kFull;  // of a user token: what its scope allows
   std::string token_id;           // "ut-…": the token that called
   std::string address;            // the caller's IP address; "" if not over the network
+  bool session = false;           // a console session (a cookie), not a bearer token
+  int64_t expires_at = 0;         // when the token that called ends (unix ms; 0: never)
 };
+
+// A console session (docs/security.md, "The console"): its secret goes in
+// a cookie; it acts with the scope of what it was made from.
+struct SessionInfo {
+  std::string secret;     // shown once, in the Set-Cookie
+  std::string id;         // "st-…"
+  Caller caller;
+  std::string user_name;  // "" for the operator
+  int64_t expires_at = 0;
+};
+
+// A console session lives this long, or less if its token ends sooner.
+inline constexpr int64_t kSessionLifeMs = 12LL * 3600 * 1000;
+// A one-time login link works once, within this long.
+inline constexpr int64_t kLoginCodeLifeMs = 15LL * 60 * 1000;
 
 // The operator acting through the admin token: what the server's own setup
 // and tests act as.
@@ -148,6 +166,26 @@ struct QueueSummary {
   int64_t estimated_at = 0;
 };
 
+// GET /v1/jobs: which jobs, and which page of them. Each set matches any
+// of its values; an empty one matches all.
+struct JobQuery {
+  std::set<std::string> statuses;   // "queued", "running", ...
+  std::set<std::string> tags;
+  std::set<std::string> batches;
+  // A GPU model the job asks for or runs on; "any": it asks for none.
+  std::set<std::string> gpu_types;
+  std::string text;  // in the id or the name, in any case
+  size_t limit = 100;
+  std::string after;   // the last id of the previous page
+  bool count = false;  // count every match (JobPage::total)
+};
+
+struct JobPage {
+  std::vector<api::Job> jobs;
+  std::string next;  // "" on the last page
+  size_t total = 0;  // with JobQuery::count
+};
+
 struct NodeStatus {
   api::Node node;
   std::map<std::string, std::vector<int>> leases;  // job id -> GPU indices
@@ -167,7 +205,25 @@ class Core : private JobState::Listener {
   void Stop();
 
   // --- auth ---
+  // A bearer token or a session's secret (the caller says which it is).
   Result<Caller> Authenticate(const std::string& bearer_token) const;
+
+  // --- console sessions (core_sessions.cc) ---
+  // Logs in with a user's token or the admin token: a session of that
+  // token's scope, ending after kSessionLifeMs, when the token ends, or when
+  // it is revoked.
+  Result<SessionInfo> CreateSession(const std::string& token, const std::string& address);
+  // A one-time login link's code for a user (id or name; "" = the
+  // operator), working once within kLoginCodeLifeMs. Admin only.
+  Result<std::pair<std::string, int64_t>> CreateLoginCode(const Caller& by,
+                                                          const std::string& user);
+  // Spends a login code: a session of the user's full scope (or the
+  // operator's).
+  Result<SessionInfo> RedeemLoginCode(const std::string& code, const std::string& address);
+  // Ends the caller's session (a logout).
+  Status EndSession(const Caller& caller);
+  // The user's name for a caller ("" for the operator).
+  std::string UserName(const Caller& caller) const;
 
   // --- user commands (durable when they return Ok) ---
   // Returns the job and whether it was created now (false: an earlier
@@ -198,6 +254,12 @@ class Core : private JobState::Listener {
   Result<api::JobTelemetry> JobTelemetry(const Caller& caller, const std::string& id,
                                          bool series) const;
   // Newest first; `after` is the last id of the previous page.
+  JobPage ListJobs(const Caller& caller, const JobQuery& q) const;
+  // The jobs the caller may see that were written after change `seq`
+  // (JobState::ChangedSince), a thousand changes at most; `*next` is the
+  // change to ask after next time. JobChangeSeq: the newest change.
+  std::vector<api::Job> JobChangesSince(const Caller& caller, uint64_t seq, uint64_t* next) const;
+  uint64_t JobChangeSeq() const;
   std::pair<std::vector<api::Job>, std::string> ListJobs(const Caller& caller,
                                                          const std::string& status,
                                                          const std::string& tag, size_t limit,
@@ -364,6 +426,11 @@ class Core : private JobState::Listener {
       TIDE_REQUIRES(state_mu_);
   void StatusChanged(JobEntry& e, api::JobStatus from) override TIDE_REQUIRES(state_mu_);
 
+  // Ends the console sessions made from token `token_id` at `at` (0: now),
+  // when it was revoked or rotated.
+  void EndSessionsOf(const std::string& token_id, store::WriteBatch& batch, int64_t at)
+      TIDE_REQUIRES(state_mu_);
+
   store::Store* store_;
   Clock* clock_;
   CoreOptions options_;
@@ -390,6 +457,7 @@ class Core : private JobState::Listener {
   std::map<std::pair<std::string, std::string>, std::string> idempotency_ TIDE_GUARDED_BY(state_mu_);
   int64_t last_meter_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
   int64_t last_retention_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
+  int64_t last_session_sweep_mono_ TIDE_GUARDED_BY(state_mu_) = 0;
   // Deletions applied since the last write, for blob_deleter_ after it.
   std::vector<DeletedBlobs> deleted_ TIDE_GUARDED_BY(state_mu_);
 

@@ -40,6 +40,7 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   const store::TokenRow& r = **row;
   Caller caller;
   caller.token_id = Tokens::IdOf(r);
+  caller.expires_at = r.expires_at;
   if (r.kind == "admin") {
     caller.scope = Scope::kAdmin;
     caller.subject = "admin";
@@ -55,6 +56,18 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   } else if (r.kind == "node") {
     caller.scope = Scope::kNode;
     caller.subject = r.subject;
+  } else if (r.kind == "session") {
+    caller.session = true;
+    if (r.scope == "admin") {
+      caller.scope = Scope::kAdmin;
+      caller.subject = "admin";
+    } else {
+      auto access = ParseAccess(r.scope, "scope");
+      if (!access.ok()) return Status::Unauthenticated("invalid session");
+      caller.scope = Scope::kUser;
+      caller.subject = r.subject;
+      caller.access = *access;
+    }
   } else {
     return Status::Unauthenticated("invalid token");
   }
@@ -247,6 +260,7 @@ Status Core::RevokeToken(const Caller& caller, const std::string& name_or_id) {
     if (row == nullptr) return Status::NotFound("no token " + name_or_id + " (tide token ls)");
     TokenInfo revoked = tokens_.Info(*row);
     tokens_.Revoke(row->hash, batch);
+    EndSessionsOf(revoked.id, batch, 0);
     audit_.Record(batch, clock_->NowMs(), caller, "token.revoke", revoked.id,
                   {{"name", revoked.name}});
     return Status::Ok();
@@ -281,6 +295,7 @@ Result<std::pair<TokenInfo, std::string>> Core::RotateToken(const Caller& caller
     } else {
       tokens_.ExpireAt(old_hash, now + grace_ms, batch);
     }
+    EndSessionsOf(old_id, batch, now + grace_ms);
     out.first = tokens_.Info(*tokens_.Check(Sha256Hex(out.second), now).value());
     audit_.Record(batch, now, caller, "token.rotate", out.first.id,
                   {{"name", out.first.name}, {"old", old_id}, {"grace_ms", grace_ms}});
@@ -302,6 +317,7 @@ Status Core::RevokeUserToken(const Caller& by, const std::string& id) {
     if (row == nullptr) return Status::NotFound("no user token " + id + " (tide admin token ls)");
     TokenInfo revoked = tokens_.Info(*row);
     tokens_.Revoke(row->hash, batch);
+    EndSessionsOf(revoked.id, batch, 0);
     audit_.Record(batch, clock_->NowMs(), by, "token.revoke", revoked.id,
                   {{"user", revoked.subject}, {"name", revoked.name}});
     return Status::Ok();
@@ -482,36 +498,117 @@ Result<api::JobTelemetry> Core::JobTelemetry(const Caller& caller, const std::st
   return telemetry_.View(e->job, jobs_, clock_->NowMs(), series);
 }
 
+namespace {
+
+bool ContainsFolded(const std::string& hay, const std::string& lowered_needle) {
+  auto it = std::search(hay.begin(), hay.end(), lowered_needle.begin(), lowered_needle.end(),
+                        [](char a, char b) {
+                          return std::tolower(static_cast<unsigned char>(a)) == b;
+                        });
+  return it != hay.end();
+}
+
+}  // namespace
+
+JobPage Core::ListJobs(const Caller& caller, const JobQuery& q) const {
+  std::string text = q.text;
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  ReaderLock lock(state_mu_);
+  auto runs_on = [&](const Job& job, const std::string& model) {
+    state_mu_.AssertReaderHeld();  // the lambdas run here, under the lock
+    const api::Attempt* a = CurrentAttempt(job);
+    if (a == nullptr && !job.attempts.empty()) a = &job.attempts.back();
+    if (a == nullptr) return false;
+    const NodeEntry* n = jobs_.FindNode(a->node_id);
+    if (n == nullptr) return false;
+    for (int g : a->gpus) {
+      if (g >= 0 && g < static_cast<int>(n->node.gpus.size()) && n->node.gpus[g].model == model) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto matches = [&](const Job& job) {
+    state_mu_.AssertReaderHeld();
+    if (!Visible(caller, job)) return false;
+    if (!q.batches.empty() && !q.batches.count(job.batch)) return false;
+    if (!q.statuses.empty() && !q.statuses.count(api::JobStatusName(job.status))) return false;
+    if (!q.tags.empty() && std::none_of(job.spec.tags.begin(), job.spec.tags.end(),
+                                        [&](const std::string& t) { return q.tags.count(t) > 0; })) {
+      return false;
+    }
+    if (!q.gpu_types.empty()) {
+      const auto& asked = job.spec.resources.gpu_types;
+      bool any = false;
+      for (const std::string& t : q.gpu_types) {
+        any = any || (t == "any" ? asked.empty()
+                                 : std::find(asked.begin(), asked.end(), t) != asked.end() ||
+                                       runs_on(job, t));
+      }
+      if (!any) return false;
+    }
+    if (!text.empty() && !ContainsFolded(job.id, text) && !ContainsFolded(job.spec.name, text)) {
+      return false;
+    }
+    return true;
+  };
+  JobPage page;
+  bool started = q.after.empty();
+  const auto& order = jobs_.order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (!started) {
+      started = *it == q.after;
+      continue;
+    }
+    const Job& job = jobs_.At(*it).job;
+    if (!matches(job)) continue;
+    if (page.jobs.size() == q.limit) {
+      if (page.next.empty()) page.next = page.jobs.back().id;
+      if (!q.count) break;
+      ++page.total;
+      continue;
+    }
+    page.jobs.push_back(job);
+    ++page.total;
+  }
+  if (q.count && !q.after.empty()) {
+    // The matches before the cursor count too.
+    for (auto it = order.rbegin(); it != order.rend() && *it != q.after; ++it) {
+      if (matches(jobs_.At(*it).job)) ++page.total;
+    }
+    if (const JobEntry* e = jobs_.Find(q.after); e != nullptr && matches(e->job)) ++page.total;
+  }
+  return page;
+}
+
+std::vector<Job> Core::JobChangesSince(const Caller& caller, uint64_t seq, uint64_t* next) const {
+  ReaderLock lock(state_mu_);
+  std::vector<Job> out;
+  for (const std::string& id : jobs_.ChangedSince(seq, 1000, next)) {
+    const Job& job = jobs_.At(id).job;
+    if (Visible(caller, job)) out.push_back(job);
+  }
+  return out;
+}
+
+uint64_t Core::JobChangeSeq() const {
+  ReaderLock lock(state_mu_);
+  return jobs_.change_seq();
+}
+
 std::pair<std::vector<Job>, std::string> Core::ListJobs(const Caller& caller,
                                                         const std::string& status,
                                                         const std::string& tag, size_t limit,
                                                         const std::string& after,
                                                         const std::string& batch) const {
-  ReaderLock lock(state_mu_);
-  std::vector<Job> out;
-  bool started = after.empty();
-  std::string next;
-  const auto& order = jobs_.order();
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (!started) {
-      started = *it == after;
-      continue;
-    }
-    const Job& job = jobs_.At(*it).job;
-    if (!Visible(caller, job)) continue;
-    if (!batch.empty() && job.batch != batch) continue;
-    if (!status.empty() && status != api::JobStatusName(job.status)) continue;
-    if (!tag.empty() &&
-        std::find(job.spec.tags.begin(), job.spec.tags.end(), tag) == job.spec.tags.end()) {
-      continue;
-    }
-    if (out.size() == limit) {
-      next = out.back().id;
-      break;
-    }
-    out.push_back(job);
-  }
-  return {std::move(out), next};
+  JobQuery q;
+  if (!status.empty()) q.statuses = {status};
+  if (!tag.empty()) q.tags = {tag};
+  if (!batch.empty()) q.batches = {batch};
+  q.limit = limit;
+  q.after = after;
+  JobPage page = ListJobs(caller, q);
+  return {std::move(page.jobs), std::move(page.next)};
 }
 
 // ------------------------------------------------------------------ batches

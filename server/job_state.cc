@@ -208,6 +208,10 @@ JobState::Flushed JobState::Flush(store::WriteBatch& batch, std::vector<std::str
     } else {
       ++out.changed;
     }
+    uint64_t& seq = change_of_[id];
+    if (seq != 0) changes_.erase(seq);
+    seq = ++change_seq_;
+    changes_[seq] = id;
   }
   for (const std::string& id : dirty_nodes_) {
     const NodeEntry& n = nodes_.at(id);
@@ -217,6 +221,16 @@ JobState::Flushed JobState::Flush(store::WriteBatch& batch, std::vector<std::str
   dirty_jobs_.clear();
   dirty_nodes_.clear();
   added_.clear();
+  return out;
+}
+
+std::vector<std::string> JobState::ChangedSince(uint64_t seq, size_t max, uint64_t* last) const {
+  std::vector<std::string> out;
+  *last = seq;
+  for (auto it = changes_.upper_bound(seq); it != changes_.end() && out.size() < max; ++it) {
+    out.push_back(it->second);
+    *last = it->first;
+  }
   return out;
 }
 

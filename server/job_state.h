@@ -116,6 +116,12 @@ class JobState {
   const NodeEntry* FindNode(const std::string& id) const;
 
   // --- changes ---
+  // Every Flush numbers the jobs it writes: the number of the newest write,
+  // and the jobs written after `seq` (each once, oldest write first, at
+  // most `max`), with the number of the last one given. What the console's
+  // live view follows (GET /v1/events).
+  uint64_t change_seq() const { return change_seq_; }
+  std::vector<std::string> ChangedSince(uint64_t seq, size_t max, uint64_t* last) const;
   void Touch(const JobEntry& e) { dirty_jobs_.insert(e.job.id); }
   void TouchNode(const NodeEntry& n) { dirty_nodes_.insert(n.node.id); }
   struct Flushed {
@@ -193,6 +199,10 @@ class JobState {
   std::set<std::string> dirty_nodes_;
   std::set<std::string> added_;
   std::vector<std::string> forget_secrets_;  // rows of ended jobs found at Load
+  // The newest write of each job, numbered in order (ChangedSince).
+  uint64_t change_seq_ = 0;
+  std::map<uint64_t, std::string> changes_;               // seq -> job id
+  std::unordered_map<std::string, uint64_t> change_of_;  // job id -> its seq
 };
 
 }  // namespace tide::server

@@ -177,6 +177,15 @@ int Tokens::RevokeAll(const std::string& kind, const std::string& subject,
   return static_cast<int>(hashes.size());
 }
 
+std::vector<std::string> Tokens::HashesWhere(
+    const std::function<bool(const store::TokenRow&)>& pred) const {
+  std::vector<std::string> hashes;
+  for (const auto& [hash, row] : rows_) {
+    if (pred(row)) hashes.push_back(hash);
+  }
+  return hashes;
+}
+
 void Tokens::Rename(const std::string& hash, const std::string& name, store::WriteBatch& batch) {
   auto it = rows_.find(hash);
   if (it == rows_.end()) return;

@@ -2,6 +2,11 @@
 // user, join and node tokens — by the SHA-256 of its secret (the secret
 // itself is never kept, logged or returned after it is made).
 //
+// A console session is a token too (kind "session", its secret in a
+// cookie): its name is the id of the token it was made from, its scope that
+// token's ("admin" for the operator's), and it ends with that token. A
+// one-time login link's code is kind "login".
+//
 // A user has the token it was created with (its "main" token) and any it
 // makes: each has a name unique among the user's tokens, a scope (read,
 // submit, or everything the user may), and may expire. Revoking deletes
@@ -17,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -91,6 +97,9 @@ class Tokens {
                         int64_t life_ms, int64_t grace_ms, store::WriteBatch& batch);
   // Revokes every token of a subject (a node's, say); returns how many.
   int RevokeAll(const std::string& kind, const std::string& subject, store::WriteBatch& batch);
+  // The hashes of every token `pred` picks (the sessions made from one
+  // token, those past their end).
+  std::vector<std::string> HashesWhere(const std::function<bool(const store::TokenRow&)>& pred) const;
   void Rename(const std::string& hash, const std::string& name, store::WriteBatch& batch);
   // Makes the token expire at `at` (now or later; never extends it).
   void ExpireAt(const std::string& hash, int64_t at, store::WriteBatch& batch);

@@ -60,6 +60,25 @@ Response Api::Admin(const Request& req, const Caller& caller, const Segments& se
     }
     return JsonResponse(200, {{"user", *user}, {"weight", core_->Weight(*user)}});
   }
+  if (seg.size() == 3 && seg[2] == "login-links" && req.method == "POST") {
+    // A one-time link into the console for a user (or the operator): what
+    // `tide dev` prints, and how an operator lets someone in who has no
+    // token at hand.
+    auto body = ParseBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    JsonReader r(*body, "");
+    auto user = r.String("user");
+    if (Status st = r.Finish(); !st.ok()) return ErrorResponse(st);
+    auto made = core_->CreateLoginCode(caller, user.value_or(""));
+    if (!made.ok()) {
+      Status st = made.status();
+      if (st.IsNotFound()) st = Status::InvalidArgument(st.message(), "user");
+      return ErrorResponse(st);
+    }
+    return JsonResponse(201, {{"code", made->first},
+                              {"path", "/login?code=" + made->first},
+                              {"expires_at", made->second}});
+  }
   if (seg.size() == 3 && seg[2] == "join-tokens" && req.method == "POST") {
     // Agents that join with it belong to the provider named, if any; with
     // create_provider a provider account that does not exist yet is created

@@ -136,6 +136,15 @@ Status ScopeAllows(const Caller& caller, const std::string& method, const std::s
 }  // namespace
 
 Response Api::Handle(const Request& req) {
+  Response r = Dispatch(req);
+  // Every answer: never sniffed as another type, never framed.
+  r.headers["X-Content-Type-Options"] = "nosniff";
+  r.headers["X-Frame-Options"] = "DENY";
+  r.headers["Referrer-Policy"] = "no-referrer";
+  return r;
+}
+
+Response Api::Dispatch(const Request& req) {
   Segments seg;
   {
     size_t start = 1;
@@ -166,14 +175,29 @@ Response Api::Handle(const Request& req) {
     return r;
   }
   if (seg.empty() || seg[0] != "v1" || seg.size() < 2) {
+    if (req.method == "GET" || req.method == "HEAD") return Console(req);
     return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
   }
+  if (seg.size() == 2 && seg[1] == "session" && req.method == "POST") return Login(req);
   std::string auth = req.Header("authorization");
   std::string token;
   if (auth.rfind("Bearer ", 0) == 0) token = auth.substr(7);
   // A join token as printed carries the server's pins after its secret.
   if (auto join = tls::SplitJoinToken(token, "token"); join.ok()) token = join->secret;
+  // Without a bearer token, the console's session cookie.
+  bool from_cookie = false;
+  if (auth.empty()) {
+    token = req.Cookie(SessionCookieName(req.secure));
+    from_cookie = !token.empty();
+  }
   auto caller = core_->Authenticate(token);
+  if (caller.ok() && caller->session != from_cookie) {
+    caller = Status::Unauthenticated(from_cookie ? "the session cookie holds no session: log in again"
+                                                 : "a session works only as the console's cookie");
+  }
+  if (caller.ok() && from_cookie) {
+    if (Status st = CheckSessionRequest(req, token); !st.ok()) return ErrorResponse(st);
+  }
   if (!caller.ok()) {
     // Requests without a valid token count against their address: a
     // guesser is slowed down, and told so, before it learns anything.
@@ -201,7 +225,8 @@ Response Api::Handle(const Request& req) {
       }
     }
   }
-  Response r = Route(req, *caller, seg);
+  Response r = seg[1] == "session" && seg.size() == 2 ? Session(req, *caller, token)
+                                                      : Route(req, *caller, seg);
   if (slot != nullptr && r.stream) {
     // A streamed answer holds its slot until the last chunk.
     r.stream = [inner = std::move(r.stream), slot](const ChunkWriter& write) { inner(write); };
@@ -220,6 +245,7 @@ Response Api::Route(const Request& req, const Caller& caller, const Segments& se
   if (Status st = ScopeAllows(caller, req.method, req.path, seg); !st.ok()) return ErrorResponse(st);
   if (resource == "tokens") return Tokens(req, caller, seg);
   if (resource == "jobs") return Jobs(req, caller, seg);
+  if (resource == "events" && seg.size() == 2 && req.method == "GET") return Events(req, caller);
   if (resource == "batches") return Batches(req, caller, seg);
   if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, caller);
   if (resource == "nodes") return Nodes(req, caller, seg);

@@ -52,16 +52,28 @@ class Api {
  private:
   using Segments = std::vector<std::string>;
 
+  Response Dispatch(const Request& req);
   // A request that passed authentication and the limits, to its resource.
   Response Route(const Request& req, const Caller& caller, const Segments& seg);
+  // The web console (console.cc): its files and pages, for GET and HEAD
+  // outside /v1.
+  Response Console(const Request& req);
+  // session.cc: POST /v1/session (a token in, a cookie out), GET /login?code=
+  // (a one-time link), and GET or DELETE /v1/session for the session of
+  // `secret`.
+  Response Login(const Request& req);
+  Response LoginLink(const Request& req);
+  Response Session(const Request& req, const Caller& caller, const std::string& secret);
   Response Jobs(const Request& req, const Caller& caller, const Segments& seg);
   Response Tokens(const Request& req, const Caller& caller, const Segments& seg);
   Response SubmitJob(const Request& req, const Caller& caller);
   Response ListJobs(const Request& req, const Caller& caller);
+  Response Events(const Request& req, const Caller& caller);  // events.cc
   Response Logs(const Request& req, const Caller& caller, const std::string& id);
   Response Metrics(const Request& req, const Caller& caller, const std::string& id);
   Response Outputs(const Request& req, const Caller& caller, const std::string& id,
                    const std::string& path);
+  Response OutputsTar(const Caller& caller, const std::string& id);
   Response UploadCode(const Request& req, const Caller& caller);
   Response Agent(const Request& req, const Caller& caller, const Segments& seg);
   Response Batches(const Request& req, const Caller& caller, const Segments& seg);
@@ -102,6 +114,14 @@ nlohmann::json TokenJson(const TokenInfo& t);
 // gives `def_ms` from now (0: never). The error names `field`.
 Result<int64_t> ExpiryFromJson(const std::optional<std::string>& text, int64_t now_ms,
                                int64_t def_ms, const std::string& field);
+// The console's session cookie: "__Host-tide_session" over TLS, else
+// "tide_session".
+std::string SessionCookieName(bool secure);
+// The CSRF token of a session: what its changes must carry in X-Tide-CSRF.
+std::string CsrfOf(const std::string& session_secret);
+// What a request made with a session cookie must bring: not from another
+// site, and for a change the session's CSRF token.
+Status CheckSessionRequest(const Request& req, const std::string& session_secret);
 // Reads an integer query parameter; absent gives `def`.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
                          int64_t max);

@@ -504,6 +504,7 @@ void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remo
     }
     req.body = std::move(msg.body());
     req.remote_addr = remote_addr;
+    req.secure = !std::is_same_v<Stream, beast::tcp_stream>;
     bool keep_alive = msg.keep_alive();
 
     Response out;
@@ -570,6 +571,23 @@ void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remo
       break;
     }
   }
+}
+
+std::string Request::Cookie(std::string_view name) const {
+  // "a=1; tide_session=…; b=2" (RFC 6265 §5.4: pairs split by "; ").
+  std::string header = Header("cookie");
+  std::string_view rest = header;
+  while (!rest.empty()) {
+    size_t end = rest.find(';');
+    std::string_view pair = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) {
+      return std::string(pair.substr(eq + 1));
+    }
+  }
+  return "";
 }
 
 }  // namespace tide::server

@@ -34,11 +34,14 @@ struct Request {
   std::map<std::string, std::string> headers; // lowercase names
   std::string body;
   std::string remote_addr;  // the peer's IP address
+  bool secure = false;      // it came over TLS
 
   std::string Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);
     return it == headers.end() ? "" : it->second;
   }
+  // The value of cookie `name` in the Cookie header, or "".
+  std::string Cookie(std::string_view name) const;
   std::string Query(const std::string& key) const {
     auto it = query.find(key);
     return it == query.end() ? "" : it->second;

@@ -74,6 +74,9 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
     r.headers["X-Tide-Checkpoint-Attempt"] = std::to_string(job->checkpoint_attempt);
     return r;
   }
+  if (seg.size() == 4 && seg[3] == "outputs.tar" && req.method == "GET") {
+    return OutputsTar(caller, id);
+  }
   if (seg.size() >= 4 && seg[3] == "outputs" && req.method == "GET") {
     std::string path;
     for (size_t i = 4; i < seg.size(); ++i) path += (i > 4 ? "/" : "") + seg[i];
@@ -106,25 +109,70 @@ nlohmann::json Api::JobJson(const api::Job& job) const {
   return j;
 }
 
+namespace {
+
+// "queued,running" -> {"queued", "running"}, as `squeue -t PD,R` takes a
+// list. Empty items are a 400 naming the parameter.
+Result<std::set<std::string>> QueryList(const Request& req, const std::string& key) {
+  std::set<std::string> out;
+  std::string v = req.Query(key);
+  if (v.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    size_t end = v.find(',', start);
+    std::string item = v.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (item.empty()) {
+      return Status::InvalidArgument("an empty value in the list \"" + v + "\"", key);
+    }
+    out.insert(item);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 Response Api::ListJobs(const Request& req, const Caller& caller) {
   for (auto& [k, v] : req.query) {
-    if (k != "status" && k != "tag" && k != "limit" && k != "after" && k != "batch") {
+    if (k != "status" && k != "tag" && k != "limit" && k != "after" && k != "batch" &&
+        k != "gpu_type" && k != "q" && k != "total") {
       return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
     }
   }
-  std::string status = req.Query("status");
-  if (!status.empty() && !api::ParseJobStatus(status)) {
-    return ErrorResponse(Status::InvalidArgument(
-        "must be one of queued, starting, running, completed, failed, cancelled", "status"));
+  JobQuery q;
+  for (auto [key, set] : {std::pair{"status", &q.statuses}, std::pair{"tag", &q.tags},
+                          std::pair{"batch", &q.batches}, std::pair{"gpu_type", &q.gpu_types}}) {
+    auto list = QueryList(req, key);
+    if (!list.ok()) return ErrorResponse(list.status());
+    *set = std::move(*list);
   }
+  for (const std::string& status : q.statuses) {
+    if (!api::ParseJobStatus(status)) {
+      return ErrorResponse(Status::InvalidArgument(
+          "\"" + status + "\" is not one of queued, starting, running, completed, failed, cancelled",
+          "status"));
+    }
+  }
+  q.text = req.Query("q");
+  if (q.text.size() > 256) {
+    return ErrorResponse(Status::InvalidArgument("longer than 256 characters", "q"));
+  }
+  std::string total = req.Query("total");
+  if (!total.empty() && total != "true" && total != "false") {
+    return ErrorResponse(Status::InvalidArgument("must be true or false", "total"));
+  }
+  q.count = total == "true";
   auto limit = QueryInt(req, "limit", 100, 1, 1000);
   if (!limit.ok()) return ErrorResponse(limit.status());
-  auto [jobs, next] =
-      core_->ListJobs(caller, status, req.Query("tag"), static_cast<size_t>(*limit), req.Query("after"),
-                      req.Query("batch"));
+  q.limit = static_cast<size_t>(*limit);
+  q.after = req.Query("after");
+  JobPage page = core_->ListJobs(caller, q);
   json list = json::array();
-  for (auto& j : jobs) list.push_back(JobJson(j));
-  return JsonResponse(200, {{"jobs", list}, {"next", next}});
+  for (auto& j : page.jobs) list.push_back(JobJson(j));
+  json out = {{"jobs", list}, {"next", page.next}};
+  if (q.count) out["total"] = page.total;
+  return JsonResponse(200, out);
 }
 
 // Logs of one attempt. With follow=true the answer is a chunked stream that
@@ -227,6 +275,27 @@ Response Api::Metrics(const Request& req, const Caller& caller, const std::strin
   json out = {{"job", id}, {"last", m.last}, {"skipped", m.skipped}};
   if (last != "true") out["metrics"] = std::move(m.points);
   return JsonResponse(200, out);
+}
+
+// Every output of the job as one tar, written as it is read: the whole set
+// in a download, in the memory of one file at a time.
+Response Api::OutputsTar(const Caller& caller, const std::string& id) {
+  auto job = WithData(core_->GetJob(caller, id));
+  if (!job.ok()) return ErrorResponse(job.status());
+  auto files = blobs_->ListOutputs(id);
+  if (!files.ok()) return ErrorResponse(files.status());
+  std::vector<std::pair<std::string, int64_t>> list;
+  for (auto& f : *files) list.emplace_back(f.path, f.size);
+  Response r;
+  r.content_type = "application/x-tar";
+  r.headers["Content-Disposition"] = "attachment; filename=\"" + id + "-outputs.tar\"";
+  r.stream = [this, id, list](const ChunkWriter& write) {
+    Status st = StreamTar(
+        list, [&](const std::string& path) { return blobs_->GetOutput(id, path); },
+        [&](std::string_view piece) { return write(piece); });
+    if (!st.ok()) spdlog::warn("outputs of {} as a tar: {}", id, st.ToString());
+  };
+  return r;
 }
 
 Response Api::Outputs(const Request& req, const Caller& caller, const std::string& id,

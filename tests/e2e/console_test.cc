@@ -1,0 +1,342 @@
+// The web console's side of the server, as curl sees it: its pages and
+// files with their security headers, logging in for a cookie (and the
+// CSRF token every change with it needs), one-time login links, sessions
+// that end with their token, the job list's comma-separated filters, and
+// the live events a page follows. The pages themselves run in a real
+// browser in tests/browser/.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "tests/e2e/harness.h"
+
+namespace tide::e2e {
+namespace {
+
+using nlohmann::json;
+
+struct Http {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lowercase names
+  std::string body;
+};
+
+std::string ShellOut(const std::string& line) {
+  std::string out;
+  FILE* p = popen(line.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+class ConsoleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer();
+    cluster_.StartAgent("a1", "2xRTX4090:24GB");
+    alice_ = cluster_.NewUser("alice");
+    jar_ = cluster_.dir() + "/cookies.txt";
+  }
+
+  // One request with curl: `args` are curl's (headers, -d, -b/-c).
+  Http Curl(const std::string& method, const std::string& path, const std::string& args = "") {
+    std::string line = cluster_.curl() + " -i -X " + method + " " + args + " '" + cluster_.url() +
+                       path + "'";
+    std::string out = ShellOut(line);
+    Http h;
+    // Status line and headers, then the body after the blank line.
+    size_t end = out.find("\r\n\r\n");
+    std::string head = out.substr(0, end);
+    h.body = end == std::string::npos ? "" : out.substr(end + 4);
+    std::istringstream lines(head);
+    std::string l;
+    std::getline(lines, l);
+    if (l.size() > 9) h.status = std::atoi(l.c_str() + 9);
+    while (std::getline(lines, l)) {
+      if (!l.empty() && l.back() == '\r') l.pop_back();
+      size_t colon = l.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = l.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      h.headers[name] = l.substr(colon + 2);
+    }
+    return h;
+  }
+
+  // Logs in with `token`, keeping the cookie in the jar; returns the answer.
+  json Login(const std::string& token) {
+    Http h = Curl("POST", "/v1/session",
+                  "-c " + jar_ + " -H 'Content-Type: application/json' -d '{\"token\":\"" + token + "\"}'");
+    EXPECT_EQ(h.status, 201) << h.body;
+    return json::parse(h.body, nullptr, false);
+  }
+
+  std::string WithJar() const { return "-b " + jar_ + " -c " + jar_; }
+
+  // The session's secret as the jar holds it.
+  std::string CookieSecret() const {
+    std::ifstream in(jar_);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("tide_session\t") == std::string::npos) continue;
+      return line.substr(line.rfind('\t') + 1);
+    }
+    return "";
+  }
+
+  Cluster cluster_;
+  std::string alice_;
+  std::string jar_;
+};
+
+TEST_F(ConsoleTest, ThePagesAndFilesComeWithAStrictPolicy) {
+  Http index = Curl("GET", "/");
+  ASSERT_EQ(index.status, 200) << index.body;
+  EXPECT_EQ(index.headers["content-type"].rfind("text/html", 0), 0u);
+  EXPECT_NE(index.headers["content-security-policy"].find("script-src 'self'"), std::string::npos);
+  EXPECT_NE(index.headers["content-security-policy"].find("frame-ancestors 'none'"),
+            std::string::npos);
+  EXPECT_EQ(index.headers["x-content-type-options"], "nosniff");
+  EXPECT_EQ(index.headers["cache-control"], "no-cache");
+  // No inline script: every script is a file of the build.
+  EXPECT_EQ(index.body.find("<script>"), std::string::npos) << index.body;
+  size_t src = index.body.find("src=\"/assets/");
+  ASSERT_NE(src, std::string::npos) << index.body;
+  std::string script = index.body.substr(src + 5, index.body.find('"', src + 5) - src - 5);
+  Http js = Curl("GET", script);
+  EXPECT_EQ(js.status, 200) << script;
+  EXPECT_EQ(js.headers["content-type"].rfind("text/javascript", 0), 0u);
+  EXPECT_NE(js.headers["cache-control"].find("immutable"), std::string::npos);
+  // Every page of the console is the same page; anything else is not found.
+  for (const char* page : {"/jobs", "/jobs/j-0123456789ab", "/new", "/account", "/operator"}) {
+    Http h = Curl("GET", page);
+    EXPECT_EQ(h.status, 200) << page;
+    EXPECT_EQ(h.body, index.body) << page;
+  }
+  EXPECT_EQ(Curl("GET", "/jobs/j-1/logs").status, 404);
+  EXPECT_EQ(Curl("GET", "/assets/nothing.js").status, 404);
+  EXPECT_EQ(Curl("POST", "/jobs").status, 404);
+  // The API's answers carry the same guards.
+  EXPECT_EQ(Curl("GET", "/healthz").headers["x-content-type-options"], "nosniff");
+}
+
+TEST_F(ConsoleTest, ALoginIsACookieAndEveryChangeWithItNeedsItsCsrf) {
+  json session = Login(alice_);
+  EXPECT_EQ(session.value("user", ""), "alice");
+  EXPECT_EQ(session.value("kind", ""), "user");
+  EXPECT_EQ(session.value("scope", ""), "full");
+  std::string csrf = session.value("csrf", "");
+  ASSERT_EQ(csrf.size(), 32u) << session.dump();
+
+  Http who = Curl("GET", "/v1/session", WithJar());
+  ASSERT_EQ(who.status, 200) << who.body;
+  EXPECT_EQ(json::parse(who.body).value("csrf", ""), csrf);
+  EXPECT_EQ(json::parse(who.body).value("user", ""), "alice");
+
+  const std::string spec =
+      " -H 'Content-Type: application/json' -d '{\"command\":[\"true\"],\"resources\":{\"gpu_count\":1}}'";
+  Http no_csrf = Curl("POST", "/v1/jobs", WithJar() + spec);
+  EXPECT_EQ(no_csrf.status, 403) << no_csrf.body;
+  EXPECT_NE(no_csrf.body.find("X-Tide-CSRF"), std::string::npos) << no_csrf.body;
+  Http wrong = Curl("POST", "/v1/jobs", WithJar() + " -H 'X-Tide-CSRF: 0123'" + spec);
+  EXPECT_EQ(wrong.status, 403) << wrong.body;
+  Http ok = Curl("POST", "/v1/jobs", WithJar() + " -H 'X-Tide-CSRF: " + csrf + "'" + spec);
+  EXPECT_EQ(ok.status, 201) << ok.body;
+  // A request a browser says came from another site never acts.
+  Http cross = Curl("GET", "/v1/jobs", WithJar() + " -H 'Sec-Fetch-Site: cross-site'");
+  EXPECT_EQ(cross.status, 403) << cross.body;
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar() + " -H 'Sec-Fetch-Site: same-origin'").status, 200);
+
+  // The secret works only as the cookie; a token does not work as one.
+  std::string secret = CookieSecret();
+  ASSERT_EQ(secret.rfind("tide_s_", 0), 0u) << secret;
+  EXPECT_EQ(Curl("GET", "/v1/jobs", "-H 'Authorization: Bearer " + secret + "'").status, 401);
+  std::string cookie_name = cluster_.tls() ? "__Host-tide_session" : "tide_session";
+  EXPECT_EQ(Curl("GET", "/v1/jobs", "-H 'Cookie: " + cookie_name + "=" + alice_ + "'").status, 401);
+
+  // Logging out ends it.
+  Http out = Curl("DELETE", "/v1/session", WithJar() + " -H 'X-Tide-CSRF: " + csrf + "'");
+  EXPECT_EQ(out.status, 200) << out.body;
+  EXPECT_EQ(Curl("GET", "/v1/session", "-H 'Cookie: " + cookie_name + "=" + secret + "'").status,
+            401);
+}
+
+TEST_F(ConsoleTest, TheCookieIsHttpOnlyStrictAndSecureOverTls) {
+  Http h = Curl("POST", "/v1/session",
+                "-H 'Content-Type: application/json' -d '{\"token\":\"" + alice_ + "\"}'");
+  ASSERT_EQ(h.status, 201) << h.body;
+  std::string cookie = h.headers["set-cookie"];
+  EXPECT_NE(cookie.find("HttpOnly"), std::string::npos) << cookie;
+  EXPECT_NE(cookie.find("SameSite=Strict"), std::string::npos) << cookie;
+  EXPECT_NE(cookie.find("Path=/"), std::string::npos) << cookie;
+  EXPECT_EQ(cookie.find("Secure") != std::string::npos, cluster_.tls()) << cookie;
+  EXPECT_EQ(cookie.rfind(cluster_.tls() ? "__Host-tide_session=" : "tide_session=", 0), 0u) << cookie;
+  EXPECT_EQ(h.headers["cache-control"], "no-store");
+}
+
+TEST_F(ConsoleTest, ABadLoginSaysWhyAndMakesNothing) {
+  Http bad = Curl("POST", "/v1/session",
+                  "-H 'Content-Type: application/json' -d '{\"token\":\"tide_u_nothing\"}'");
+  EXPECT_EQ(bad.status, 401) << bad.body;
+  EXPECT_EQ(bad.headers.count("set-cookie"), 0u);
+  // A form (what another site's page could post) is refused.
+  Http form = Curl("POST", "/v1/session", "-d 'token=" + alice_ + "'");
+  EXPECT_EQ(form.status, 400) << form.body;
+  EXPECT_EQ(json::parse(form.body)["error"].value("field", ""), "body") << form.body;
+  Http unknown = Curl("POST", "/v1/session",
+                      "-H 'Content-Type: application/json' -d '{\"token\":\"" + alice_ +
+                          "\",\"remember\":true}'");
+  EXPECT_EQ(unknown.status, 400) << unknown.body;
+  EXPECT_EQ(json::parse(unknown.body)["error"].value("field", ""), "remember") << unknown.body;
+  std::string join = cluster_.admin().CreateJoinToken()->token;
+  Http agent = Curl("POST", "/v1/session",
+                    "-H 'Content-Type: application/json' -d '{\"token\":\"" + join + "\"}'");
+  EXPECT_EQ(agent.status, 403) << agent.body;
+}
+
+TEST_F(ConsoleTest, ASessionHasItsTokensScopeAndEndsWithIt) {
+  auto alice = cluster_.ClientFor(alice_);
+  auto reader = alice->Call("POST", "/v1/tokens", json{{"name", "look"}, {"scope", "read"}});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  json session = Login((*reader)["token"]);
+  EXPECT_EQ(session.value("scope", ""), "read");
+  std::string csrf = session.value("csrf", "");
+  Http submit = Curl("POST", "/v1/jobs",
+                     WithJar() + " -H 'X-Tide-CSRF: " + csrf +
+                         "' -H 'Content-Type: application/json' -d '{\"command\":[\"true\"]}'");
+  EXPECT_EQ(submit.status, 403) << submit.body;
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 200);
+  // Revoking the token ends the sessions made from it, at once.
+  ASSERT_TRUE(alice->Call("DELETE", "/v1/tokens/look").ok());
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 401);
+}
+
+TEST_F(ConsoleTest, ALoginLinkWorksOnce) {
+  auto link = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "alice"}});
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  std::string path = (*link)["path"];
+  ASSERT_EQ(path.rfind("/login?code=tide_l_", 0), 0u) << path;
+  Http first = Curl("GET", path, "-c " + jar_);
+  EXPECT_EQ(first.status, 303);
+  EXPECT_EQ(first.headers["location"], "/jobs");
+  Http who = Curl("GET", "/v1/session", WithJar());
+  ASSERT_EQ(who.status, 200) << who.body;
+  EXPECT_EQ(json::parse(who.body).value("user", ""), "alice");
+  Http again = Curl("GET", path);
+  EXPECT_EQ(again.status, 303);
+  EXPECT_EQ(again.headers["location"], "/login?error=link");
+  EXPECT_EQ(again.headers.count("set-cookie"), 0u);
+  // Only the operator makes them, and for users that exist.
+  auto alice = cluster_.ClientFor(alice_);
+  EXPECT_EQ(alice->Call("POST", "/v1/admin/login-links", json{{"user", "alice"}}).status().code(),
+            Code::kPermissionDenied);
+  auto nobody = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "nobody"}});
+  EXPECT_EQ(nobody.status().field(), "user") << nobody.status().ToString();
+}
+
+TEST_F(ConsoleTest, TheJobListTakesCommaSeparatedFilters) {
+  auto alice = cluster_.ClientFor(alice_);
+  auto submit = [&](const std::string& name, const std::string& tag, int gpus,
+                    const std::string& type) {
+    json spec = {{"name", name},
+                 {"command", {"sleep", "30"}},
+                 {"tags", {tag}},
+                 {"resources", {{"gpu_count", gpus}, {"gpu_type", type}}}};
+    auto j = alice->Call("POST", "/v1/jobs", spec);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? (*j)["id"].get<std::string>() : "";
+  };
+  std::string runs = submit("train-small", "a", 1, "RTX4090");
+  std::string waits = submit("train-huge", "b", 8, "RTX4090");  // no node has 8
+  std::string other = submit("eval", "c", 1, "H100");           // no node has H100
+  auto ids = [&](const std::string& query) {
+    auto page = alice->Call("GET", "/v1/jobs?" + query);
+    EXPECT_TRUE(page.ok()) << query << ": " << page.status().ToString();
+    std::set<std::string> out;
+    if (page.ok()) {
+      for (auto& j : (*page)["jobs"]) out.insert(j["id"].get<std::string>());
+    }
+    return out;
+  };
+  EXPECT_EQ(ids("status=queued,starting,running"), (std::set<std::string>{runs, waits, other}));
+  EXPECT_EQ(ids("tag=a,c"), (std::set<std::string>{runs, other}));
+  EXPECT_EQ(ids("gpu_type=H100"), (std::set<std::string>{other}));
+  EXPECT_EQ(ids("q=TRAIN"), (std::set<std::string>{runs, waits}));
+  EXPECT_EQ(ids("q=" + other.substr(2, 6)), (std::set<std::string>{other}));
+  auto page = alice->Call("GET", "/v1/jobs?limit=1&total=true");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ((*page)["total"], 3);
+  auto second = alice->Call("GET", "/v1/jobs?limit=1&total=true&after=" + (*page)["next"].get<std::string>());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)["total"], 3) << "the total counts every page";
+  EXPECT_EQ((*second)["jobs"].size(), 1u);
+  auto bad = alice->Call("GET", "/v1/jobs?status=queued,sleeping");
+  EXPECT_EQ(bad.status().field(), "status") << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("sleeping"), std::string::npos);
+  EXPECT_EQ(alice->Call("GET", "/v1/jobs?tag=a,").status().field(), "tag");
+  EXPECT_EQ(alice->Call("GET", "/v1/jobs?total=yes").status().field(), "total");
+}
+
+TEST_F(ConsoleTest, EventsCarryEachChangeOfTheCallersJobs) {
+  const std::string auth = "-H 'Authorization: Bearer " + alice_ + "'";
+  // The stream says where it starts; a reconnect from there misses nothing.
+  std::string head = ShellOut(cluster_.curl() + " -N --max-time 2 " + auth + " '" +
+                              cluster_.url() + "/v1/events'");
+  size_t id_at = head.find("id: ");
+  ASSERT_NE(id_at, std::string::npos) << head;
+  std::string start = head.substr(id_at + 4, head.find('\n', id_at) - id_at - 4);
+  auto alice = cluster_.ClientFor(alice_);
+  auto job = alice->Call("POST", "/v1/jobs", json{{"command", {"true"}}});
+  ASSERT_TRUE(job.ok());
+  std::string id = (*job)["id"];
+  // Bob's job is not alice's to see.
+  auto bob = cluster_.ClientFor(cluster_.NewUser("bob"));
+  auto bobs = bob->Call("POST", "/v1/jobs", json{{"command", {"true"}}});
+  ASSERT_TRUE(bobs.ok());
+  std::string events = ShellOut(cluster_.curl() + " -N --max-time 3 " + auth + " -H 'Last-Event-ID: " +
+                                start + "' '" + cluster_.url() + "/v1/events'");
+  EXPECT_NE(events.find("event: job\ndata: {"), std::string::npos) << events;
+  EXPECT_NE(events.find("\"id\":\"" + id + "\""), std::string::npos) << events;
+  EXPECT_EQ(events.find((*bobs)["id"].get<std::string>()), std::string::npos) << events;
+  // An id from another run of the server asks the client to start over.
+  std::string stale = ShellOut(cluster_.curl() + " -N --max-time 2 " + auth +
+                               " -H 'Last-Event-ID: 00000000.5' '" + cluster_.url() + "/v1/events'");
+  EXPECT_NE(stale.find("event: reset"), std::string::npos) << stale;
+}
+
+TEST_F(ConsoleTest, EveryOutputDownloadsAsOneTar) {
+  auto alice = cluster_.ClientFor(alice_);
+  auto job = alice->Call(
+      "POST", "/v1/jobs",
+      json{{"command",
+            {"sh", "-c",
+             "mkdir -p $TIDE_OUTPUT_DIR/sub && printf one > $TIDE_OUTPUT_DIR/a.txt && "
+             "head -c 300000 /dev/urandom > $TIDE_OUTPUT_DIR/sub/b.bin"}}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::string id = (*job)["id"];
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto j = alice->Call("GET", "/v1/jobs/" + id);
+        return j.ok() && (*j)["status"] == "completed";
+      },
+      std::chrono::seconds(60)));
+  const std::string dir = cluster_.dir();
+  const std::string get = cluster_.curl() + " -H 'Authorization: Bearer " + alice_ + "' '" +
+                          cluster_.url() + "/v1/jobs/" + id;
+  ShellOut(get + "/outputs.tar' -o " + dir + "/all.tar");
+  ShellOut(get + "/outputs/sub/b.bin' -o " + dir + "/b.bin");
+  std::string listed = ShellOut("tar -tf " + dir + "/all.tar | sort");
+  EXPECT_EQ(listed, "a.txt\nsub/b.bin\n");
+  std::string same = ShellOut("mkdir -p " + dir + "/x && tar -xf " + dir + "/all.tar -C " + dir +
+                              "/x && cmp " + dir + "/x/sub/b.bin " + dir + "/b.bin && cat " + dir +
+                              "/x/a.txt");
+  EXPECT_EQ(same, "one");
+}
+
+}  // namespace
+}  // namespace tide::e2e
