@@ -263,7 +263,9 @@ bool AnyReadyNode(api::Client& client) {
 std::string ConsoleLink(api::Client& admin, api::Client& user, const std::string& url) {
   auto who = user.Call("GET", "/v1/session");
   if (!who.ok()) return "";
-  auto link = admin.Call("POST", "/v1/admin/login-links", {{"user", (*who)["user"]}});
+  nlohmann::json body = nlohmann::json::object();
+  body["user"] = (*who).value("user", "");
+  auto link = admin.Call("POST", "/v1/admin/login-links", body);
   if (!link.ok()) {
     Say("no console login link: " + link.status().message());
     return "";

@@ -109,8 +109,8 @@ std::optional<Response> Api::Limited(RateLimiter* limiter, const std::string& wh
 
 namespace {
 
-// What a user token's scope lets it do. read: look (GET, HEAD) and ask for
-// an estimate. submit: that, and submit, cancel and upload code for jobs
+// What a user token's scope lets it do. read: look (GET, HEAD), ask for
+// an estimate and convert a spec. submit: that, and submit, cancel and upload code for jobs
 // and batches, and delete jobs. full: everything the user may. Routes refuse the rest with
 // 403 naming the scope.
 Status ScopeAllows(const Caller& caller, const std::string& method, const std::string& path,
@@ -118,7 +118,7 @@ Status ScopeAllows(const Caller& caller, const std::string& method, const std::s
   if (caller.scope != Scope::kUser || caller.access == Access::kFull) return Status::Ok();
   if (method == "GET" || method == "HEAD") return Status::Ok();
   const std::string& resource = seg[1];
-  if (method == "POST" && resource == "estimate") return Status::Ok();
+  if (method == "POST" && (resource == "estimate" || resource == "convert")) return Status::Ok();
   if (caller.access == Access::kSubmit) {
     bool submit = method == "POST" && (resource == "jobs" || resource == "batches") &&
                   (seg.size() == 2 || (seg.size() == 4 && seg[3] == "cancel"));
@@ -246,6 +246,7 @@ Response Api::Route(const Request& req, const Caller& caller, const Segments& se
   if (resource == "tokens") return Tokens(req, caller, seg);
   if (resource == "jobs") return Jobs(req, caller, seg);
   if (resource == "events" && seg.size() == 2 && req.method == "GET") return Events(req, caller);
+  if (resource == "convert" && seg.size() == 2 && req.method == "POST") return Convert(req);
   if (resource == "batches") return Batches(req, caller, seg);
   if (resource == "code" && seg.size() == 2 && req.method == "POST") return UploadCode(req, caller);
   if (resource == "nodes") return Nodes(req, caller, seg);

@@ -69,6 +69,7 @@ class Api {
   Response SubmitJob(const Request& req, const Caller& caller);
   Response ListJobs(const Request& req, const Caller& caller);
   Response Events(const Request& req, const Caller& caller);  // events.cc
+  Response Convert(const Request& req);                        // convert.cc
   Response Logs(const Request& req, const Caller& caller, const std::string& id);
   Response Metrics(const Request& req, const Caller& caller, const std::string& id);
   Response Outputs(const Request& req, const Caller& caller, const std::string& id,

@@ -244,6 +244,30 @@ test('a bad spec is shown at the field the server names', async () => {
   await finish(page);
 });
 
+test('a Slurm batch script pasted in the page runs; a YAML error names its line', async () => {
+  const page = await loggedIn(users.alice, 'alice');
+  await page.goto(`${cluster.url}/new`);
+  await page.getByTestId('tab-file').click();
+  await page.getByTestId('spec-text').fill(
+    'resources:\n  gpu_count: 0\ncommand: [sh, -c, "echo hi"]\n');
+  await page.getByTestId('spec-file-submit').click();
+  await page.getByTestId('spec-file-error').filter({ hasText: /spec\.yaml:2: resources\.gpu_count/ }).waitFor();
+  await page.getByTestId('spec-text').fill([
+    '#!/bin/bash',
+    '#SBATCH --job-name=from-sbatch',
+    '#SBATCH --gres=gpu:1',
+    '#SBATCH --time=5',
+    'echo "hello from $SLURM_JOB_NAME"',
+    '',
+  ].join('\n'));
+  await shot(page, 'new-job-sbatch');
+  await page.getByTestId('spec-file-submit').click();
+  await page.waitForURL(/\/jobs\/j-[0-9a-f]+$/);
+  await statusShown(page, 'completed');
+  await page.getByTestId('log').filter({ hasText: 'hello from from-sbatch' }).waitFor();
+  await finish(page);
+});
+
 test('redeeming a card raises the balance', async () => {
   const { codes } = await cluster.admin('POST', '/v1/admin/cards', { count: 1, value: 25 });
   const page = await loggedIn(users.bob, 'bob');

@@ -6,6 +6,9 @@
 // browser in tests/browser/.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -309,6 +312,42 @@ TEST_F(ConsoleTest, EventsCarryEachChangeOfTheCallersJobs) {
   EXPECT_NE(stale.find("event: reset"), std::string::npos) << stale;
 }
 
+TEST_F(ConsoleTest, YamlAndSbatchConvertToTheJsonTheApiTakes) {
+  auto alice = cluster_.ClientFor(alice_);
+  auto job = alice->Call("POST", "/v1/convert",
+                         json{{"format", "yaml"},
+                              {"text", "name: hi\ncommand: [echo, hi]\nresources:\n  gpu_count: 2\n"}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["job"]["name"], "hi");
+  EXPECT_EQ((*job)["job"]["resources"]["gpu_count"], 2);
+  auto bad = alice->Call("POST", "/v1/convert",
+                         json{{"format", "yaml"},
+                              {"filename", "train.yaml"},
+                              {"text", "command: [echo]\nresources:\n  gpu_count: 0\n"}});
+  EXPECT_EQ(bad.status().field(), "resources.gpu_count") << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("train.yaml:3:"), std::string::npos) << bad.status().ToString();
+  auto batch = alice->Call("POST", "/v1/convert",
+                           json{{"format", "yaml"},
+                                {"text", "template:\n  command: [echo, \"{x}\"]\njobs:\n  - {id: a, x: 1}\n"}});
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_TRUE((*batch).contains("batch"));
+  auto script = alice->Call(
+      "POST", "/v1/convert",
+      json{{"format", "sbatch"},
+           {"filename", "train.sh"},
+           {"text", "#!/bin/bash\n#SBATCH --job-name=t\n#SBATCH --gres=gpu:2\n#SBATCH --array=0-3\necho $SLURM_ARRAY_TASK_ID\n"}});
+  ASSERT_TRUE(script.ok()) << script.status().ToString();
+  EXPECT_EQ((*script)["script_path"], ".tide/sbatch/train.sh");
+  EXPECT_TRUE((*script).contains("batch")) << "an array is a batch";
+  auto unknown = alice->Call("POST", "/v1/convert",
+                             json{{"format", "sbatch"}, {"text", "#SBATCH --frobnicate=1\ntrue\n"}});
+  EXPECT_EQ(unknown.status().field(), "text") << unknown.status().ToString();
+  EXPECT_NE(unknown.status().message().find("script.sh:1"), std::string::npos)
+      << unknown.status().ToString();
+  EXPECT_EQ(alice->Call("POST", "/v1/convert", json{{"format", "toml"}, {"text", "x"}}).status().field(),
+            "format");
+}
+
 TEST_F(ConsoleTest, EveryOutputDownloadsAsOneTar) {
   auto alice = cluster_.ClientFor(alice_);
   auto job = alice->Call(
@@ -336,6 +375,39 @@ TEST_F(ConsoleTest, EveryOutputDownloadsAsOneTar) {
                               "/x && cmp " + dir + "/x/sub/b.bin " + dir + "/b.bin && cat " + dir +
                               "/x/a.txt");
   EXPECT_EQ(same, "one");
+}
+
+// `tide dev` prints a one-time link into the console as its dev user.
+TEST(ConsoleDevTest, TideDevPrintsALoginLinkIntoTheConsole) {
+  const std::string dir = MakeTempDir("tide-dev");
+  ::chmod(dir.c_str(), 0711);  // the dev agent's sandboxed jobs enter its data dir
+  const std::string url = "http://127.0.0.1:" + std::to_string(FreePort());
+  Process dev;
+  dev.Start({TIDE_BINARY, "dev", "--listen", url.substr(7), "--data-dir", dir + "/.tide"},
+            dir + "/dev.log");
+  std::string link;
+  bool printed = Eventually(
+      [&] {
+        std::string log = ReadAll(dir + "/dev.log");
+        const std::string key = "  console    ";
+        size_t at = log.find(key);
+        if (at == std::string::npos) return false;
+        at += key.size();
+        link = log.substr(at, log.find_first_of(" \n", at) - at);
+        return true;
+      },
+      std::chrono::seconds(60));
+  EXPECT_TRUE(printed) << ReadAll(dir + "/dev.log");
+  EXPECT_EQ(link.rfind(url + "/login?code=tide_l_", 0), 0u) << ReadAll(dir + "/dev.log");
+  const std::string jar = dir + "/cookies.txt";
+  std::string first = ShellOut("curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -c " + jar +
+                               " '" + link + "'");
+  EXPECT_EQ(first, "303 " + url + "/jobs");
+  std::string who = ShellOut("curl -s -b " + jar + " " + url + "/v1/session");
+  EXPECT_EQ(json::parse(who, nullptr, false).value("user", ""), "dev") << who;
+  dev.Signal(SIGINT);
+  if (dev.Wait(std::chrono::seconds(30)) < 0) dev.Signal(SIGKILL);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

@@ -24,8 +24,6 @@
 
 namespace tide::e2e {
 
-namespace {
-
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -39,6 +37,8 @@ int FreePort() {
   close(fd);
   return port;
 }
+
+namespace {
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

@@ -101,6 +101,9 @@ class Cluster {
   bool tls_ = false;
 };
 
+// A loopback port free now (bound and let go).
+int FreePort();
+
 // Polls `cond` every 50 ms until it holds or `timeout` passes.
 bool Eventually(const std::function<bool()>& cond,
                 std::chrono::milliseconds timeout = std::chrono::seconds(30));

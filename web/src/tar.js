@@ -104,7 +104,8 @@ export function folderEntries(files) {
   return out;
 }
 
-// A Blob holding the tar of `entries` ({path, file}), its directories first.
+// A Blob holding the tar of `entries` ({path, file, mode?}: 0644 unless
+// given), its directories first.
 export function tarBlob(entries) {
   const parts = [];
   const now = Math.floor(Date.now() / 1000);
@@ -116,9 +117,9 @@ export function tarBlob(entries) {
   for (const d of [...dirs].sort()) {
     entry(parts, `${d}/`, { size: 0, mode: 0o755, type: '5', mtime: now });
   }
-  for (const { path, file } of entries) {
+  for (const { path, file, mode } of entries) {
     const mtime = Math.floor((file.lastModified || Date.now()) / 1000);
-    entry(parts, path, { size: file.size, mode: 0o644, type: '0', mtime });
+    entry(parts, path, { size: file.size, mode: mode || 0o644, type: '0', mtime });
     parts.push(file);
     const pad = padding(file.size);
     if (pad) parts.push(pad);

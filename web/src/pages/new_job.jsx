@@ -8,11 +8,12 @@
 // A server error names the field at fault (`resources.gpu_count`,
 // `env.FOO`); it shows under that input, else at the top of the form.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { get, post } from '../api.js';
+import { get, post, request } from '../api.js';
 import { credits, dateTime, gpuMemory, relative } from '../format.js';
 import { navigate } from '../router.js';
 import { buildSpec, classifySpecText, inputFor, parseCommand } from '../spec.js';
 import { ErrorNote, Field } from '../ui.jsx';
+import { gzipBlob, tarBlob } from '../tar.js';
 import { CodeUpload } from './code_upload.jsx';
 
 const FIELDS = [
@@ -393,16 +394,13 @@ function SpecForm({ session }) {
   );
 }
 
-// A pasted or uploaded spec, sent as it is written.
-//
-// TODO(server): YAML specs and #SBATCH scripts are parsed by the CLI
-// (api/spec_file.cc, api/sbatch.cc); no route takes them. With a
-// `POST /v1/jobs` that accepts `Content-Type: application/yaml` (and the
-// same for /v1/batches), or a `POST /v1/sbatch` that takes a script and
-// its directives, this tab would post them too. Until then it posts JSON
-// only and says what to do with the rest.
+// A pasted or uploaded spec: JSON is posted as written; YAML and a Slurm
+// batch script are turned into JSON by the server (POST /v1/convert, the
+// CLI's own parsers) and then posted. A script travels in the job's code
+// archive where the translated job runs it (`script_path`).
 function SpecFile({ session }) {
   const [text, setText] = useState('');
+  const [filename, setFilename] = useState('');
   const [error, setError] = useState(null);
   const [estimate, setEstimate] = useState(null);
   const [busy, setBusy] = useState('');
@@ -412,15 +410,40 @@ function SpecFile({ session }) {
   const load = async (e) => {
     const file = e.currentTarget.files && e.currentTarget.files[0];
     e.currentTarget.value = '';
-    if (file) setText(await file.text());
+    if (file) {
+      setFilename(file.name);
+      setText(await file.text());
+    }
   };
-  const report = (err) => setError(err.field ? `${err.field}: ${err.message}` : err.message);
+  const report = (err) => setError(err.field && err.field !== 'text' ? `${err.field}: ${err.message}` : err.message);
+
+  // What to post: {job} or {batch}, converted by the server when needed.
+  const resolve = async () => {
+    if (kind.kind === 'json-job') return { job: kind.value };
+    if (kind.kind === 'json-batch') return { batch: kind.value };
+    const format = kind.kind === 'sbatch' ? 'sbatch' : 'yaml';
+    const name = filename || (format === 'sbatch' ? 'script.sh' : 'spec.yaml');
+    const out = await post('/v1/convert', { format, text, filename: name });
+    if (format !== 'sbatch') return out;
+    // The job runs the script from its code archive: upload one holding it.
+    const tar = tarBlob([{ path: out.script_path, file: new File([text], name), mode: 0o755 }]);
+    const { blob, gzipped } = await gzipBlob(tar);
+    const code = await request('POST', '/v1/code', {
+      body: blob,
+      headers: { 'Content-Type': gzipped ? 'application/gzip' : 'application/x-tar' },
+    });
+    if (out.job) out.job.code = code.id;
+    if (out.batch) out.batch.template = { ...out.batch.template, code: code.id };
+    return out;
+  };
 
   const doEstimate = async () => {
     setBusy('estimate');
     setError(null);
     try {
-      setEstimate(await post('/v1/estimate', kind.value));
+      const { job } = await resolve();
+      if (!job) throw new Error('a batch file has no single estimate: submit it, or estimate its template');
+      setEstimate(await post('/v1/estimate', job));
     } catch (err) {
       report(err);
     } finally {
@@ -429,17 +452,18 @@ function SpecFile({ session }) {
   };
   const submit = async (e) => {
     e.preventDefault();
-    if (kind.kind !== 'json-job' && kind.kind !== 'json-batch') return;
+    if (!postable) return;
     setBusy('submit');
     setError(null);
     try {
       const headers = { 'Idempotency-Key': key.current };
-      if (kind.kind === 'json-batch') {
-        const batch = await post('/v1/batches', kind.value, { headers });
-        navigate(`/batches/${encodeURIComponent(batch.id)}`);
+      const { job, batch } = await resolve();
+      if (batch) {
+        const made = await post('/v1/batches', batch, { headers });
+        navigate(`/batches/${encodeURIComponent(made.id)}`);
       } else {
-        const job = await post('/v1/jobs', kind.value, { headers });
-        navigate(`/jobs/${encodeURIComponent(job.id)}`);
+        const made = await post('/v1/jobs', job, { headers });
+        navigate(`/jobs/${encodeURIComponent(made.id)}`);
       }
       key.current = newKey();
     } catch (err) {
@@ -450,15 +474,14 @@ function SpecFile({ session }) {
   };
 
   const what = {
-    empty: 'Paste a JSON job spec or batch file, or load one.',
+    empty: 'Paste a job spec or batch file (JSON or YAML), or a Slurm batch script, or load one.',
     'bad-json': `Not valid JSON: ${kind.error}`,
     'json-job': 'A JSON job spec: it is posted as written.',
     'json-batch': 'A JSON batch file (it has a template): it is posted as a batch.',
-    yaml: 'This looks like YAML. The console sends JSON only: write it as JSON (the same fields), or run tide submit FILE (tide batch submit FILE for a batch file).',
-    sbatch:
-      'This looks like a Slurm batch script. The console cannot send one: run tide sbatch FILE in its directory.',
+    yaml: 'YAML: the server reads it as tide submit FILE does (a batch file if it has a template), then it is posted.',
+    sbatch: 'A Slurm batch script: the server translates its #SBATCH lines as tide sbatch does, and the script travels in the job\'s code.',
   }[kind.kind];
-  const postable = kind.kind === 'json-job' || kind.kind === 'json-batch';
+  const postable = kind.kind !== 'empty' && kind.kind !== 'bad-json';
   const readOnly = session.kind === 'user' && session.scope === 'read';
 
   return (
@@ -485,11 +508,7 @@ function SpecFile({ session }) {
         />
         <small
           id="spec-kind"
-          class={
-            kind.kind === 'bad-json' || kind.kind === 'yaml' || kind.kind === 'sbatch'
-              ? 'warning-text'
-              : 'hint'
-          }
+          class={kind.kind === 'bad-json' ? 'warning-text' : 'hint'}
           data-testid="spec-kind"
           data-kind={kind.kind}
         >
@@ -509,7 +528,7 @@ function SpecFile({ session }) {
         <button
           type="button"
           onClick={doEstimate}
-          disabled={kind.kind !== 'json-job' || !!busy}
+          disabled={!postable || kind.kind === 'json-batch' || !!busy}
           data-testid="spec-file-estimate"
         >
           Estimate
