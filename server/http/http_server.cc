@@ -9,13 +9,16 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace tide::server {
@@ -203,6 +206,11 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
+  // The sockets of open connections, so that Shutdown can wake the threads
+  // that wait on them, and the server's end can wait for those threads.
+  std::mutex open_mu;
+  std::condition_variable open_cv;
+  std::multiset<int> open_fds;  // guarded by open_mu
   mutable std::mutex tls_mu;
   std::string cert_file, key_file;       // guarded by tls_mu
   std::shared_ptr<ssl::context> tls_ctx;  // guarded by tls_mu; null: plain HTTP
@@ -219,12 +227,18 @@ struct HttpServer::Impl {
   void RefusePlain(beast::tcp_stream& stream, Conn& conn);
 };
 
-HttpServer::HttpServer(Handler handler, BodyLimit body_limit) : impl_(std::make_unique<Impl>()) {
+HttpServer::HttpServer(Handler handler, BodyLimit body_limit) : impl_(std::make_shared<Impl>()) {
   impl_->handler = std::move(handler);
   impl_->body_limit = std::move(body_limit);
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  Shutdown();
+  // Every connection's thread sees its socket shut and ends (a stream at
+  // its next write): wait for them, so none runs on past the server.
+  std::unique_lock<std::mutex> lock(impl_->open_mu);
+  impl_->open_cv.wait_for(lock, std::chrono::seconds(10), [&] { return impl_->open_fds.empty(); });
+}
 
 Result<std::string> HttpServer::Listen(const std::string& address) {
   auto colon = address.rfind(':');
@@ -292,7 +306,7 @@ void HttpServer::Serve() {
       continue;
     }
     try {
-      std::thread([impl = impl_.get(), ioc, s = std::move(socket)]() mutable {
+      std::thread([impl = impl_, ioc, s = std::move(socket)]() mutable {
         impl->Session(std::move(ioc), std::move(s));
       }).detach();
     } catch (const std::system_error& e) {
@@ -310,9 +324,29 @@ void HttpServer::Shutdown() {
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   impl_->acceptor.cancel(ec);
   impl_->acceptor.close(ec);
+  std::lock_guard<std::mutex> lock(impl_->open_mu);
+  for (int fd : impl_->open_fds) ::shutdown(fd, SHUT_RDWR);
 }
 
 void HttpServer::Impl::Session(std::shared_ptr<net::io_context> ioc, tcp::socket accepted) {
+  const int fd = accepted.native_handle();
+  {
+    std::lock_guard<std::mutex> lock(open_mu);
+    if (stopping) return;
+    open_fds.insert(fd);
+  }
+  struct Closed {
+    Impl* impl;
+    int fd;
+    ~Closed() {
+      // OpenSSL's state of this thread goes now, not at its exit, which
+      // may come after the server (and the process) is gone.
+      OPENSSL_thread_stop();
+      std::lock_guard<std::mutex> lock(impl->open_mu);
+      impl->open_fds.erase(impl->open_fds.find(fd));
+      impl->open_cv.notify_all();
+    }
+  } closed{this, fd};
   ++connections;
   beast::error_code ec;
   accepted.set_option(tcp::no_delay(true), ec);
@@ -507,6 +541,8 @@ void HttpServer::Impl::Serve(Stream& stream, Conn& conn, const std::string& remo
     req.secure = !std::is_same_v<Stream, beast::tcp_stream>;
     bool keep_alive = msg.keep_alive();
 
+    // A server shut down (and perhaps gone) handles nothing more.
+    if (stopping) break;
     Response out;
     try {
       out = handler(req);

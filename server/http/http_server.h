@@ -86,7 +86,9 @@ class HttpServer {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // Shared with the connections' threads, which may outlive the server
+  // by the moments it takes them to see that it stopped.
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace tide::server

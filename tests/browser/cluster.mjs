@@ -54,11 +54,12 @@ export class Cluster {
     }
   }
 
-  async startServer() {
+  // `extra`: more flags of `tide server`.
+  async startServer(extra = []) {
     const port = await freePort();
     this.url = `http://127.0.0.1:${port}`;
     this.server = this.start('server', ['server', '--listen', `127.0.0.1:${port}`, '--data-dir',
-      path.join(this.dir, 'server'), '--node-timeout', '5s']);
+      path.join(this.dir, 'server'), '--node-timeout', '5s', ...extra]);
     await eventually(async () => (await fetch(`${this.url}/healthz`)).ok, 20_000,
       `the server (${this.log('server')})`);
     this.adminToken = fs.readFileSync(path.join(this.dir, 'server', 'admin.token'), 'utf8').trim();

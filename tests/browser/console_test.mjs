@@ -69,6 +69,8 @@ async function loggedIn(token, expectUser) {
 }
 
 async function shot(page, name) {
+  // From the top: a sticky header would otherwise be drawn mid-page.
+  await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
