@@ -36,8 +36,22 @@ json Scalar(const YAML::Node& n) {
   return s;
 }
 
+// The most values a spec file may hold once its aliases are expanded: an
+// alias names a node again, so a kilobyte of nested aliases can stand for
+// billions of values (the "billion laughs"). A file without aliases has
+// fewer values than characters.
+constexpr size_t kMaxValues = 1'000'000;
+size_t MaxValues(size_t text_size) { return std::min(kMaxValues, 10'000 + text_size); }
+
 Status Convert(const YAML::Node& n, const std::string& path, SpecDocument* doc, json* out,
-               const std::string& filename) {
+               const std::string& filename, size_t* left) {
+  if (*left == 0) {
+    return Status::InvalidArgument(filename +
+                                   ": too many values once its aliases are expanded (at most " +
+                                   std::to_string(kMaxValues) + ", and not many more than the "
+                                   "file has characters)");
+  }
+  --*left;
   doc->lines[path] = n.Mark().line + 1;
   switch (n.Type()) {
     case YAML::NodeType::Null: *out = nullptr; return Status::Ok();
@@ -48,7 +62,7 @@ Status Convert(const YAML::Node& n, const std::string& path, SpecDocument* doc, 
       for (const auto& item : n) {
         json v;
         TIDE_RETURN_IF_ERROR(
-            Convert(item, path + "[" + std::to_string(i++) + "]", doc, &v, filename));
+            Convert(item, path + "[" + std::to_string(i++) + "]", doc, &v, filename, left));
         out->push_back(std::move(v));
       }
       return Status::Ok();
@@ -68,7 +82,7 @@ Status Convert(const YAML::Node& n, const std::string& path, SpecDocument* doc, 
                                          child);
         }
         json v;
-        TIDE_RETURN_IF_ERROR(Convert(kv.second, child, doc, &v, filename));
+        TIDE_RETURN_IF_ERROR(Convert(kv.second, child, doc, &v, filename, left));
         doc->lines[child] = kv.first.Mark().line + 1;
         (*out)[key] = std::move(v);
       }
@@ -106,7 +120,8 @@ Result<SpecDocument> ParseYamlDocument(const std::string& text, const std::strin
     return Status::InvalidArgument(filename + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
   try {
-    TIDE_RETURN_IF_ERROR(Convert(root, "", &doc, &doc.value, filename));
+    size_t left = MaxValues(text.size());
+    TIDE_RETURN_IF_ERROR(Convert(root, "", &doc, &doc.value, filename, &left));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(filename + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }

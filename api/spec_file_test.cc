@@ -328,5 +328,24 @@ TEST_F(SpecFileTest, NonScalarKeysAreRefused) {
   LoadError("key.yaml", "command: [a]\n? [x, y]\n: 1\n", 2, "keys must be plain names");
 }
 
+// Nested aliases (a "billion laughs") are refused, not expanded.
+TEST(SpecFileAliases, ExpandingPastAMillionValuesIsRefused) {
+  std::string text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  std::string prev = "a";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    text += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) text += (i ? ", *" : "*") + prev;
+    text += "]\n";
+    prev = std::string(1, c);
+  }
+  auto doc = ParseYamlDocument(text, "bomb.yaml");
+  ASSERT_FALSE(doc.ok());
+  EXPECT_NE(doc.status().message().find("bomb.yaml: too many values once its aliases are expanded"),
+            std::string::npos)
+      << doc.status().ToString();
+  // A few aliases are fine.
+  EXPECT_TRUE(ParseYamlDocument("a: &a [1, 2]\nb: *a\n", "ok.yaml").ok());
+}
+
 }  // namespace
 }  // namespace tide::api

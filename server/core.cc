@@ -179,8 +179,9 @@ void Core::Apply(Pending& p, store::WriteBatch& batch) {
   // New jobs (and a new batch of them) need only a pass over themselves;
   // jobs that changed but free nothing (a queued job cancelled) a full pass
   // at the next tick; anything else may change what the scheduler decides now.
-  bool only_jobs = own.nodes.empty() && own.users.empty() && own.tokens.empty() &&
-                   own.delete_tokens.empty() && own.cards.empty() && own.settings.empty();
+  // (Tokens alone change nothing the scheduler sees: a login, a new token.)
+  bool only_jobs = own.nodes.empty() && own.users.empty() && own.cards.empty() &&
+                   own.settings.empty();
   if (!only_jobs || f.changed > quiet) {
     planner_.NeedFullPass();
   } else {

@@ -68,6 +68,8 @@ struct Caller {
   std::string token_id;           // "ut-…": the token that called
   std::string address;            // the caller's IP address; "" if not over the network
   bool session = false;           // a console session (a cookie), not a bearer token
+  std::string parent_token;       // a session's: the id of the token it was made from
+  std::string token_hash;         // SHA-256 of the secret that called (CredentialValid)
   int64_t expires_at = 0;         // when the token that called ends (unix ms; 0: never)
 };
 
@@ -85,6 +87,8 @@ struct SessionInfo {
 inline constexpr int64_t kSessionLifeMs = 12LL * 3600 * 1000;
 // A one-time login link works once, within this long.
 inline constexpr int64_t kLoginCodeLifeMs = 15LL * 60 * 1000;
+// Sessions made from one token at most: a new one ends the oldest.
+inline constexpr size_t kMaxSessionsPerToken = 16;
 
 // The operator acting through the admin token: what the server's own setup
 // and tests act as.
@@ -207,6 +211,10 @@ class Core : private JobState::Listener {
   // --- auth ---
   // A bearer token or a session's secret (the caller says which it is).
   Result<Caller> Authenticate(const std::string& bearer_token) const;
+
+  // Whether the credential the caller authenticated with still works (not
+  // revoked, ended or logged out): what a long stream checks as it goes.
+  bool CredentialValid(const Caller& caller) const;
 
   // --- console sessions (core_sessions.cc) ---
   // Logs in with a user's token or the admin token: a session of that

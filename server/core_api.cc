@@ -40,6 +40,7 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
   const store::TokenRow& r = **row;
   Caller caller;
   caller.token_id = Tokens::IdOf(r);
+  caller.token_hash = hash;
   caller.expires_at = r.expires_at;
   if (r.kind == "admin") {
     caller.scope = Scope::kAdmin;
@@ -58,6 +59,7 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
     caller.subject = r.subject;
   } else if (r.kind == "session") {
     caller.session = true;
+    caller.parent_token = r.name;
     if (r.scope == "admin") {
       caller.scope = Scope::kAdmin;
       caller.subject = "admin";
@@ -72,6 +74,12 @@ Result<Caller> Core::Authenticate(const std::string& bearer_token) const {
     return Status::Unauthenticated("invalid token");
   }
   return caller;
+}
+
+bool Core::CredentialValid(const Caller& caller) const {
+  if (caller.token_hash.empty()) return true;  // the server's own callers
+  ReaderLock lock(state_mu_);
+  return tokens_.Check(caller.token_hash, clock_->NowMs()).ok();
 }
 
 bool Core::Visible(const Caller& caller, const Job& job) const {
@@ -313,7 +321,10 @@ std::vector<TokenInfo> Core::ListUserTokens(const std::string& user_id) const {
 Status Core::RevokeUserToken(const Caller& by, const std::string& id) {
   return Run([&](store::WriteBatch& batch) {
     state_mu_.AssertHeld();  // Run applies every command under the state lock
+    // A user's token, or a console session (a login link's has no token
+    // to revoke it by).
     const store::TokenRow* row = tokens_.FindId("user", id);
+    if (row == nullptr) row = tokens_.FindId("session", id);
     if (row == nullptr) return Status::NotFound("no user token " + id + " (tide admin token ls)");
     TokenInfo revoked = tokens_.Info(*row);
     tokens_.Revoke(row->hash, batch);

@@ -2,6 +2,8 @@
 // one-time login link, and out. A session is a token row of kind "session"
 // (server/tokens.h) whose secret only ever travels in an HttpOnly cookie.
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "common/token.h"
 #include "server/core.h"
@@ -50,6 +52,19 @@ Result<SessionInfo> Core::CreateSession(const std::string& token, const std::str
     row.scope = SessionScope(*from);
     row.expires_at = now + kSessionLifeMs;
     if (parent->expires_at != 0) row.expires_at = std::min(row.expires_at, parent->expires_at);
+    // A token keeps its newest sessions: logging in again and again ends
+    // the oldest, rather than piling up rows.
+    std::vector<std::pair<int64_t, std::string>> older;  // created_at, hash
+    for (const std::string& h : tokens_.HashesWhere([&](const store::TokenRow& r) {
+           return r.kind == "session" && r.name == row.name;
+         })) {
+      auto existing = tokens_.Check(h, now);
+      if (existing.ok()) older.emplace_back((*existing)->created_at, h);
+    }
+    std::sort(older.begin(), older.end());
+    for (size_t i = 0; i + kMaxSessionsPerToken <= older.size(); ++i) {
+      tokens_.Revoke(older[i].second, batch);
+    }
     out.secret = tokens_.Issue("tide_s_", row, now, batch);
     out.id = Tokens::IdOf(*tokens_.Check(Sha256Hex(out.secret), now).value());
     out.expires_at = row.expires_at;

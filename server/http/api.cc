@@ -211,14 +211,18 @@ Response Api::Dispatch(const Request& req) {
   // refused upload would cost a consumer their outputs.
   std::shared_ptr<void> slot;
   if (caller->scope == Scope::kUser || caller->scope == Scope::kAdmin) {
-    if (auto limited = Limited(token_limits_.get(), "token " + caller->token_id, caller->token_id)) {
+    // A session counts against the token it was made from: logging in
+    // again gives no fresh allowance.
+    const std::string& limited_id =
+        caller->session && !caller->parent_token.empty() ? caller->parent_token : caller->token_id;
+    if (auto limited = Limited(token_limits_.get(), "token " + limited_id, limited_id)) {
       return *limited;
     }
     if (token_inflight_ != nullptr) {
-      slot = token_inflight_->Acquire(caller->token_id);
+      slot = token_inflight_->Acquire(limited_id);
       if (slot == nullptr) {
         Response r = ErrorResponse(Status::RateLimited(
-            "token " + caller->token_id + " has " + std::to_string(token_inflight_->max()) +
+            "token " + limited_id + " has " + std::to_string(token_inflight_->max()) +
             " requests open at once: retry after 1 s, or wait for one to end"));
         r.headers["Retry-After"] = "1";
         return r;

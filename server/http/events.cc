@@ -1,7 +1,8 @@
 // GET /v1/events: the caller's jobs as they change, as server-sent events
 // (text/event-stream), which is how the console stays live without
 // reloading. Each `job` event carries the job as GET /v1/jobs/{id} shows
-// it; the stream never ends by itself.
+// it. The stream ends only when its client goes, the server stops, or the
+// credential it was opened with stops working (a logout, a revocation).
 //
 // An event's id is "BOOT.SEQ": SEQ numbers the server's writes of jobs
 // (JobState::ChangedSince), BOOT names this run of the server. A client
@@ -54,6 +55,8 @@ Response Api::Events(const Request& req, const Caller& caller) {
     uint64_t seq = start;
     int64_t last_write = clock_->MonotonicMs();
     while (true) {
+      // Logged out, revoked or ended: the stream ends with its credential.
+      if (!core_->CredentialValid(caller)) return;
       uint64_t seen = core_->epoch();
       uint64_t next = seq;
       std::vector<api::Job> jobs = core_->JobChangesSince(caller, seq, &next);

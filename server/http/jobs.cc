@@ -2,6 +2,8 @@
 // /v1/code.
 #include <spdlog/spdlog.h>
 
+#include <stdexcept>
+
 #include "api/telemetry.h"
 #include "api/types.h"
 #include "common/archive.h"
@@ -218,6 +220,7 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
     int current = att;
     int64_t pos = start_offset;
     while (true) {
+      if (!core_->CredentialValid(caller)) return;  // logged out or revoked meanwhile
       uint64_t seen = core_->epoch();
       auto now = core_->GetJob(caller, id);
       if (!now.ok()) return;
@@ -293,7 +296,11 @@ Response Api::OutputsTar(const Caller& caller, const std::string& id) {
     Status st = StreamTar(
         list, [&](const std::string& path) { return blobs_->GetOutput(id, path); },
         [&](std::string_view piece) { return write(piece); });
-    if (!st.ok()) spdlog::warn("outputs of {} as a tar: {}", id, st.ToString());
+    if (!st.ok()) {
+      // Thrown, the answer ends without its last chunk: the download
+      // fails visibly rather than looking whole.
+      throw std::runtime_error("outputs of " + id + " as a tar: " + st.ToString());
+    }
   };
   return r;
 }

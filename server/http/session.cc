@@ -1,6 +1,8 @@
 // /v1/session: the web console's login (a token, or a one-time login link
 // at /login?code=…) and logout, and what a session cookie must bring with
 // every change (docs/security.md, "The console").
+#include <cctype>
+
 #include "common/json_reader.h"
 #include "common/tls.h"
 #include "common/token.h"
@@ -70,7 +72,11 @@ Response Api::Login(const Request& req) {
   if (Status st = SameSite(req); !st.ok()) return ErrorResponse(st);
   // A form on another site cannot send JSON without asking first (CORS),
   // and this server never says yes: no login is made for someone else.
-  if (req.Header("content-type").find("application/json") == std::string::npos) {
+  std::string type = req.Header("content-type");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (type != "application/json") {
     return ErrorResponse(Status::InvalidArgument(
         "log in with a JSON body {\"token\": \"tide_u_…\"} and Content-Type: application/json",
         "body"));

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tests/e2e/harness.h"
 
@@ -169,6 +170,35 @@ TEST_F(ConsoleTest, ALoginIsACookieAndEveryChangeWithItNeedsItsCsrf) {
             401);
 }
 
+TEST_F(ConsoleTest, AnOpenEventStreamEndsAtLogout) {
+  json session = Login(alice_);
+  const std::string out = cluster_.dir() + "/events.txt";
+  std::string rc;
+  std::thread stream([&] {
+    rc = ShellOut(cluster_.curl() + " -N --max-time 60 -o " + out + " -b " + jar_ + " '" +
+                  cluster_.url() + "/v1/events'; echo rc=$?");
+  });
+  // Once the stream has begun, log out: the server ends it.
+  EXPECT_TRUE(Eventually([&] { return ReadAll(out).find("retry: 2000") != std::string::npos; },
+                         std::chrono::seconds(30)));
+  Http bye = Curl("DELETE", "/v1/session", WithJar() + " -H 'X-Tide-CSRF: " +
+                                               session.value("csrf", "") + "'");
+  EXPECT_EQ(bye.status, 200) << bye.body;
+  stream.join();
+  EXPECT_EQ(rc, "rc=0\n") << "curl ended by the server, not by its own 60 s: " << ReadAll(out);
+}
+
+TEST_F(ConsoleTest, ATokenKeepsItsNewestSessions) {
+  Login(alice_);
+  std::string first = CookieSecret();
+  std::string cookie_name = cluster_.tls() ? "__Host-tide_session" : "tide_session";
+  EXPECT_EQ(Curl("GET", "/v1/session", "-H 'Cookie: " + cookie_name + "=" + first + "'").status, 200);
+  for (int i = 0; i < 16; ++i) Login(alice_);
+  EXPECT_EQ(Curl("GET", "/v1/session", "-H 'Cookie: " + cookie_name + "=" + first + "'").status, 401)
+      << "the 17th login ended the oldest session";
+  EXPECT_EQ(Curl("GET", "/v1/session", WithJar()).status, 200);
+}
+
 TEST_F(ConsoleTest, TheCookieIsHttpOnlyStrictAndSecureOverTls) {
   Http h = Curl("POST", "/v1/session",
                 "-H 'Content-Type: application/json' -d '{\"token\":\"" + alice_ + "\"}'");
@@ -191,6 +221,10 @@ TEST_F(ConsoleTest, ABadLoginSaysWhyAndMakesNothing) {
   Http form = Curl("POST", "/v1/session", "-d 'token=" + alice_ + "'");
   EXPECT_EQ(form.status, 400) << form.body;
   EXPECT_EQ(json::parse(form.body)["error"].value("field", ""), "body") << form.body;
+  // Only the JSON media type: a form's text/plain never passes.
+  Http sneaky = Curl("POST", "/v1/session",
+                     "-H 'Content-Type: text/plain; x=application/json' -d '{\"token\":\"" + alice_ + "\"}'");
+  EXPECT_EQ(sneaky.status, 400) << sneaky.body;
   Http unknown = Curl("POST", "/v1/session",
                       "-H 'Content-Type: application/json' -d '{\"token\":\"" + alice_ +
                           "\",\"remember\":true}'");
@@ -233,6 +267,15 @@ TEST_F(ConsoleTest, ALoginLinkWorksOnce) {
   Http again = Curl("GET", path);
   EXPECT_EQ(again.status, 303);
   EXPECT_EQ(again.headers["location"], "/login?error=link");
+  if (cluster_.tls()) {
+    // A link sent in clear to the HTTPS port is sent on without its code.
+    auto fresh = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "alice"}});
+    ASSERT_TRUE(fresh.ok());
+    std::string plain = "http" + cluster_.url().substr(5);
+    std::string where = ShellOut("curl -s -o /dev/null -w '%{redirect_url}' '" + plain +
+                                 (*fresh)["path"].get<std::string>() + "'");
+    EXPECT_EQ(where, cluster_.url() + "/login");
+  }
   EXPECT_EQ(again.headers.count("set-cookie"), 0u);
   // Only the operator makes them, and for users that exist.
   auto alice = cluster_.ClientFor(alice_);
