@@ -27,17 +27,6 @@ struct Http {
   std::string body;
 };
 
-std::string ShellOut(const std::string& line) {
-  std::string out;
-  FILE* p = popen(line.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
 class ConsoleTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -51,7 +40,7 @@ class ConsoleTest : public ::testing::Test {
   Http Curl(const std::string& method, const std::string& path, const std::string& args = "") {
     std::string line = cluster_.curl() + " -i -X " + method + " " + args + " '" + cluster_.url() +
                        path + "'";
-    std::string out = ShellOut(line);
+    std::string out = Shell(line);
     Http h;
     // Status line and headers, then the body after the blank line.
     size_t end = out.find("\r\n\r\n");
@@ -175,7 +164,7 @@ TEST_F(ConsoleTest, AnOpenEventStreamEndsAtLogout) {
   const std::string out = cluster_.dir() + "/events.txt";
   std::string rc;
   std::thread stream([&] {
-    rc = ShellOut(cluster_.curl() + " -N --max-time 60 -o " + out + " -b " + jar_ + " '" +
+    rc = Shell(cluster_.curl() + " -N --max-time 60 -o " + out + " -b " + jar_ + " '" +
                   cluster_.url() + "/v1/events'; echo rc=$?");
   });
   // Once the stream has begun, log out: the server ends it.
@@ -272,7 +261,7 @@ TEST_F(ConsoleTest, ALoginLinkWorksOnce) {
     auto fresh = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "alice"}});
     ASSERT_TRUE(fresh.ok());
     std::string plain = "http" + cluster_.url().substr(5);
-    std::string where = ShellOut("curl -s -o /dev/null -w '%{redirect_url}' '" + plain +
+    std::string where = Shell("curl -s -o /dev/null -w '%{redirect_url}' '" + plain +
                                  (*fresh)["path"].get<std::string>() + "'");
     EXPECT_EQ(where, cluster_.url() + "/login");
   }
@@ -331,7 +320,7 @@ TEST_F(ConsoleTest, TheJobListTakesCommaSeparatedFilters) {
 TEST_F(ConsoleTest, EventsCarryEachChangeOfTheCallersJobs) {
   const std::string auth = "-H 'Authorization: Bearer " + alice_ + "'";
   // The stream says where it starts; a reconnect from there misses nothing.
-  std::string head = ShellOut(cluster_.curl() + " -N --max-time 2 " + auth + " '" +
+  std::string head = Shell(cluster_.curl() + " -N --max-time 2 " + auth + " '" +
                               cluster_.url() + "/v1/events'");
   size_t id_at = head.find("id: ");
   ASSERT_NE(id_at, std::string::npos) << head;
@@ -344,13 +333,13 @@ TEST_F(ConsoleTest, EventsCarryEachChangeOfTheCallersJobs) {
   auto bob = cluster_.ClientFor(cluster_.NewUser("bob"));
   auto bobs = bob->Call("POST", "/v1/jobs", json{{"command", {"true"}}});
   ASSERT_TRUE(bobs.ok());
-  std::string events = ShellOut(cluster_.curl() + " -N --max-time 3 " + auth + " -H 'Last-Event-ID: " +
+  std::string events = Shell(cluster_.curl() + " -N --max-time 3 " + auth + " -H 'Last-Event-ID: " +
                                 start + "' '" + cluster_.url() + "/v1/events'");
   EXPECT_NE(events.find("event: job\ndata: {"), std::string::npos) << events;
   EXPECT_NE(events.find("\"id\":\"" + id + "\""), std::string::npos) << events;
   EXPECT_EQ(events.find((*bobs)["id"].get<std::string>()), std::string::npos) << events;
   // An id from another run of the server asks the client to start over.
-  std::string stale = ShellOut(cluster_.curl() + " -N --max-time 2 " + auth +
+  std::string stale = Shell(cluster_.curl() + " -N --max-time 2 " + auth +
                                " -H 'Last-Event-ID: 00000000.5' '" + cluster_.url() + "/v1/events'");
   EXPECT_NE(stale.find("event: reset"), std::string::npos) << stale;
 }
@@ -410,11 +399,11 @@ TEST_F(ConsoleTest, EveryOutputDownloadsAsOneTar) {
   const std::string dir = cluster_.dir();
   const std::string get = cluster_.curl() + " -H 'Authorization: Bearer " + alice_ + "' '" +
                           cluster_.url() + "/v1/jobs/" + id;
-  ShellOut(get + "/outputs.tar' -o " + dir + "/all.tar");
-  ShellOut(get + "/outputs/sub/b.bin' -o " + dir + "/b.bin");
-  std::string listed = ShellOut("tar -tf " + dir + "/all.tar | sort");
+  Shell(get + "/outputs.tar' -o " + dir + "/all.tar");
+  Shell(get + "/outputs/sub/b.bin' -o " + dir + "/b.bin");
+  std::string listed = Shell("tar -tf " + dir + "/all.tar | sort");
   EXPECT_EQ(listed, "a.txt\nsub/b.bin\n");
-  std::string same = ShellOut("mkdir -p " + dir + "/x && tar -xf " + dir + "/all.tar -C " + dir +
+  std::string same = Shell("mkdir -p " + dir + "/x && tar -xf " + dir + "/all.tar -C " + dir +
                               "/x && cmp " + dir + "/x/sub/b.bin " + dir + "/b.bin && cat " + dir +
                               "/x/a.txt");
   EXPECT_EQ(same, "one");
@@ -443,10 +432,10 @@ TEST(ConsoleDevTest, TideDevPrintsALoginLinkIntoTheConsole) {
   EXPECT_TRUE(printed) << ReadAll(dir + "/dev.log");
   EXPECT_EQ(link.rfind(url + "/login?code=tide_l_", 0), 0u) << ReadAll(dir + "/dev.log");
   const std::string jar = dir + "/cookies.txt";
-  std::string first = ShellOut("curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -c " + jar +
+  std::string first = Shell("curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -c " + jar +
                                " '" + link + "'");
   EXPECT_EQ(first, "303 " + url + "/jobs");
-  std::string who = ShellOut("curl -s -b " + jar + " " + url + "/v1/session");
+  std::string who = Shell("curl -s -b " + jar + " " + url + "/v1/session");
   EXPECT_EQ(json::parse(who, nullptr, false).value("user", ""), "dev") << who;
   dev.Signal(SIGINT);
   if (dev.Wait(std::chrono::seconds(30)) < 0) dev.Signal(SIGKILL);

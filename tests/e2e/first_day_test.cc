@@ -13,18 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-// Runs a shell command line; returns what it printed (stdout and stderr).
-std::string Shell(const std::string& line) {
-  std::string out;
-  FILE* p = popen((line + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
 class FirstDayTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,6 +37,17 @@ int FreePort() {
   int port = ntohs(addr.sin_port);
   close(fd);
   return port;
+}
+
+std::string Shell(const std::string& line) {
+  std::string out;
+  FILE* p = popen((line + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
 }
 
 namespace {

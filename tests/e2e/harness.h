@@ -103,6 +103,8 @@ class Cluster {
 
 // A loopback port free now (bound and let go).
 int FreePort();
+// Runs a shell command line; returns what it printed (stdout and stderr).
+std::string Shell(const std::string& line);
 
 // Polls `cond` every 50 ms until it holds or `timeout` passes.
 bool Eventually(const std::function<bool()>& cond,
