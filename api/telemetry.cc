@@ -58,38 +58,46 @@ const json& Member(const json& j, const char* key) {
 
 }  // namespace
 
+json ToJson(const GpuSeries& g) {
+  json recent = json::array();
+  for (const auto& r : g.recent) recent.push_back(ReadingJson(r));
+  json tiers = json::array();
+  for (const auto& tier : g.tiers) {
+    json buckets = json::array();
+    for (const auto& b : tier.buckets) {
+      buckets.push_back({{"start", b.start},
+                         {"width_ms", b.width_ms},
+                         {"readings", b.readings},
+                         {"utilization_pct", StatJson(b.utilization_pct)},
+                         {"memory_used_mb", StatJson(b.memory_used_mb)},
+                         {"temperature_c", StatJson(b.temperature_c)}});
+    }
+    tiers.push_back({{"width_ms", tier.width_ms}, {"buckets", buckets}});
+  }
+  return {{"node_id", g.node_id},
+          {"node", g.node},
+          {"rank", g.rank},
+          {"index", g.index},
+          {"model", g.model},
+          {"memory_mb", g.memory_mb},
+          {"now", ReadingJson(g.now)},
+          {"average",
+           {{"readings", g.readings},
+            {"utilization_pct", Round1(g.avg_utilization_pct)},
+            {"memory_used_mb", Round1(g.avg_memory_used_mb)}}},
+          {"recent", recent},
+          {"tiers", tiers}};
+}
+
+json ToJson(const NodeTelemetry& t) {
+  json gpus = json::array();
+  for (const GpuSeries& g : t.gpus) gpus.push_back(ToJson(g));
+  return {{"node_id", t.node_id}, {"node", t.node}, {"at", t.at}, {"gpus", gpus}};
+}
+
 json ToJson(const JobTelemetry& t) {
   json gpus = json::array();
-  for (const GpuSeries& g : t.gpus) {
-    json recent = json::array();
-    for (const auto& r : g.recent) recent.push_back(ReadingJson(r));
-    json tiers = json::array();
-    for (const auto& tier : g.tiers) {
-      json buckets = json::array();
-      for (const auto& b : tier.buckets) {
-        buckets.push_back({{"start", b.start},
-                           {"width_ms", b.width_ms},
-                           {"readings", b.readings},
-                           {"utilization_pct", StatJson(b.utilization_pct)},
-                           {"memory_used_mb", StatJson(b.memory_used_mb)},
-                           {"temperature_c", StatJson(b.temperature_c)}});
-      }
-      tiers.push_back({{"width_ms", tier.width_ms}, {"buckets", buckets}});
-    }
-    gpus.push_back({{"node_id", g.node_id},
-                    {"node", g.node},
-                    {"rank", g.rank},
-                    {"index", g.index},
-                    {"model", g.model},
-                    {"memory_mb", g.memory_mb},
-                    {"now", ReadingJson(g.now)},
-                    {"average",
-                     {{"readings", g.readings},
-                      {"utilization_pct", Round1(g.avg_utilization_pct)},
-                      {"memory_used_mb", Round1(g.avg_memory_used_mb)}}},
-                    {"recent", recent},
-                    {"tiers", tiers}});
-  }
+  for (const GpuSeries& g : t.gpus) gpus.push_back(ToJson(g));
   json j = {{"job", t.job_id},
             {"status", t.status},
             {"attempt", t.attempt},

@@ -89,7 +89,19 @@ struct JobTelemetry {
   std::string low_utilization_reason;  // set when low_utilization
 };
 
+// What GET /v1/nodes/{id}/telemetry answers: each GPU of a node over the
+// server's life, at the node's history shape (rank and averages are per
+// GPU; a node GPU has no rank).
+struct NodeTelemetry {
+  std::string node_id;
+  std::string node;  // its name
+  int64_t at = 0;    // the server's time of the answer
+  std::vector<GpuSeries> gpus;
+};
+
+json ToJson(const GpuSeries& g);
 json ToJson(const JobTelemetry& t);
+json ToJson(const NodeTelemetry& t);
 // Lenient: fields it does not know are ignored, missing ones keep defaults.
 Result<JobTelemetry> JobTelemetryFromJson(const json& j);
 

@@ -348,7 +348,51 @@ int RunUserWeight(const std::string& user, double weight) {
   return kExitOk;
 }
 
+// Like Slurm's sshare: each user's weight, share, decayed usage and place
+// in the fair-share order, with the money they hold.
+int RunUserList(OutputFormat format) {
+  auto client = NewClient(/*admin=*/true);
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/admin/users");
+  if (!answer.ok()) return PrintAdminError(answer.status());
+  if (format == OutputFormat::kJson) {
+    PrintJson(*answer);
+    return kExitOk;
+  }
+  auto fixed = [](double v, int digits) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*f", digits, v);
+    return std::string(buf);
+  };
+  auto pct = [&](double v) { return fixed(100 * v, 1) + "%"; };
+  Table table({"NAME", "ID", "WEIGHT", "SHARE", "USAGE_GPU_H", "USAGE", "RUNNING", "QUEUED",
+               "NEXT", "BALANCE", "DAILY_CAP"});
+  for (const json& u : (*answer)["users"]) {
+    table.AddRow({u.value("name", ""), u.value("id", ""), JsonText(u["weight"]),
+                  pct(u.value("share", 0.0)), fixed(u.value("usage_gpu_s", 0.0) / 3600, 2),
+                  pct(u.value("usage_share", 0.0)),
+                  std::to_string(u.value("running_jobs", 0)) + " (" +
+                      std::to_string(u.value("running_gpus", 0)) + " GPUs)",
+                  std::to_string(u.value("queued_jobs", 0)) + " (" +
+                      std::to_string(u.value("queued_gpus", 0)) + " GPUs)",
+                  u["rank"].is_null() ? "-" : JsonText(u["rank"]), CreditsText(u, "balance"),
+                  u["daily_cap"].is_null() ? "none" : CreditsText(u, "daily_cap")});
+  }
+  std::cout << table.ToString();
+  const double half_life_h = static_cast<double>((*answer).value("half_life_s", int64_t{0})) / 3600;
+  std::cout << "Usage decays with a half-life of "
+            << (half_life_h >= 48 ? fixed(half_life_h / 24, 1) + " days" : fixed(half_life_h, 1) + " hours")
+            << "; NEXT is the order in which users with queued work are served.\n";
+  return kExitOk;
+}
+
 void AddAdminMoneyCommands(CLI::App* admin, CLI::App* user) {
+  auto ls_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* ls = user->add_subcommand(
+      "ls", "Every user's fair-share standing (weight, share, usage, who is served next) and balance");
+  AddOutputFlag(ls, ls_format.get());
+  SetAction(ls, [ls_format] { return RunUserList(*ls_format); });
+
   auto w_user = std::make_shared<std::string>();
   auto w_value = std::make_shared<double>(1.0);
   CLI::App* weight = user->add_subcommand("weight", "Set a user's fair-share weight (default 1)");

@@ -22,6 +22,7 @@ class FairShare {
   void SetWeight(const std::string& account, double weight) { weights_[account] = weight; }
   // Every known account with its weight and usage as of `now_ms`.
   std::map<std::string, AccountShare> Shares(int64_t now_ms) const;
+  int64_t half_life_ms() const { return half_life_ms_; }
 
  private:
   struct Entry {

@@ -93,7 +93,7 @@ std::vector<uint32_t> Rank(const ScheduleInput& in) {
       a.weight = share->second.weight > 0 ? share->second.weight : 1;
       usage = share->second.usage_gpu_s;
     }
-    a.score = (usage + kFairShareHorizonS * running_gpus[name]) / a.weight;
+    a.score = FairShareScore(usage, running_gpus[name], a.weight);
   }
   struct Head {
     int tier, level;

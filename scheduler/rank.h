@@ -32,4 +32,12 @@ std::vector<uint32_t> Rank(const ScheduleInput& in);
 // GPU-seconds one GPU of current allocation counts for in a fair-share score.
 inline constexpr double kFairShareHorizonS = 3600;
 
+// An account's fair-share score: its decayed usage plus the horizon of the
+// GPUs it holds now, over its weight. Between accounts whose queue heads
+// are of equal tier and level, the lowest score is served first, and each
+// job it is given adds its GPUs' horizon to it.
+inline double FairShareScore(double usage_gpu_s, double running_gpus, double weight) {
+  return (usage_gpu_s + kFairShareHorizonS * running_gpus) / (weight > 0 ? weight : 1);
+}
+
 }  // namespace tide::sched

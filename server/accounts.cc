@@ -572,6 +572,8 @@ std::vector<EarningLine> Accounts::Earnings(const JobState& jobs, const std::str
         for (const Piece& p : Pieces(a)) {
           if (p.rank != l.rank) continue;
           l.rate = p.rate;
+          l.started_at = p.started_at;
+          l.finished_at = p.finished_at;
           int64_t end = p.finished_at > 0 ? p.finished_at : clock_->NowMs();
           if (p.started_at > 0) l.gpu_ms = static_cast<int64_t>(p.gpus->size()) * (end - p.started_at);
         }

@@ -56,6 +56,8 @@ struct EarningLine {
   int attempt = 0;
   int rank = 0;
   std::string node_id;
+  int64_t started_at = 0;
+  int64_t finished_at = 0;  // 0 while it runs
   int64_t gpu_ms = 0;
   ledger::Micros rate = 0;
   ledger::Micros gross = 0;

@@ -145,6 +145,30 @@ struct UserInfo {
   int64_t created_at = 0;
 };
 
+// GET /v1/admin/users: a user as the scheduler and the ledger see them,
+// like Slurm's sshare joined with the account's balance.
+struct UserStanding {
+  UserInfo user;
+  double weight = 1;
+  double usage_gpu_s = 0;  // decayed GPU-seconds (scheduler/fair_share.h)
+  double share = 0;        // weight over the weights of users with work (0: none)
+  double usage_share = 0;  // usage over every user's usage
+  int running_jobs = 0;
+  int running_gpus = 0;
+  int queued_jobs = 0;
+  int queued_gpus = 0;
+  double score = 0;  // sched::FairShareScore: the lowest is served first
+  int rank = 0;      // 1 = served next among users with queued work; 0 = none queued
+  ledger::Micros available = 0;
+  ledger::Micros escrow = 0;
+  ledger::Micros daily_cap = 0;  // 0 = none
+};
+struct UserStandings {
+  std::vector<UserStanding> users;  // by name
+  int64_t half_life_ms = 0;
+  int64_t at = 0;
+};
+
 // GET /v1/queue: pending and running work by requested GPU type.
 struct QueueGroup {
   std::string gpu_type;  // "RTX4090", "A100|H100", or "any"
@@ -261,6 +285,10 @@ class Core : private JobState::Listener {
   // the newest readings and the averages.
   Result<api::JobTelemetry> JobTelemetry(const Caller& caller, const std::string& id,
                                          bool series) const;
+  // The GPU telemetry of a node (by id or name), for its provider and the
+  // operator; NotFound for anyone else.
+  Result<api::NodeTelemetry> NodeTelemetry(const Caller& caller, const std::string& id_or_name,
+                                           bool series) const;
   // Newest first; `after` is the last id of the previous page.
   JobPage ListJobs(const Caller& caller, const JobQuery& q) const;
   // The jobs the caller may see that were written after change `seq`
@@ -343,6 +371,8 @@ class Core : private JobState::Listener {
                                                         int64_t grace_ms);
   // A user id for a user's id or name; NotFound otherwise.
   Result<std::string> FindUser(const std::string& id_or_name) const;
+  // Every user with their fair-share standing and money, for the operator.
+  UserStandings Users() const;
   // A draining node takes no new jobs. It keeps its running ones, unless
   // `evict`: then they get the notice (node_draining) and are requeued.
   Result<api::Node> SetDraining(const Caller& by, const std::string& id_or_name, bool draining,

@@ -12,6 +12,7 @@
 #include "common/token.h"
 #include "ledger/cards.h"
 #include "scheduler/estimate.h"
+#include "scheduler/rank.h"
 #include "server/core.h"
 
 namespace tide::server {
@@ -509,6 +510,17 @@ Result<api::JobTelemetry> Core::JobTelemetry(const Caller& caller, const std::st
   return telemetry_.View(e->job, jobs_, clock_->NowMs(), series);
 }
 
+Result<api::NodeTelemetry> Core::NodeTelemetry(const Caller& caller,
+                                               const std::string& id_or_name, bool series) const {
+  ReaderLock lock(state_mu_);
+  for (const auto& [id, n] : jobs_.nodes()) {
+    if (id != id_or_name && n.node.name != id_or_name) continue;
+    if (caller.scope != Scope::kAdmin && n.node.owner != caller.subject) break;
+    return telemetry_.NodeView(n.node, clock_->NowMs(), series);
+  }
+  return Status::NotFound("no node " + id_or_name);
+}
+
 namespace {
 
 bool ContainsFolded(const std::string& hay, const std::string& lowered_needle) {
@@ -872,6 +884,61 @@ QueueSummary Core::Queue(const Caller& caller) const {
     }
     out.groups.push_back(g);
   }
+  return out;
+}
+
+UserStandings Core::Users() const {
+  UserStandings out;
+  ReaderLock lock(state_mu_);
+  out.at = clock_->NowMs();
+  out.half_life_ms = planner_.fair().half_life_ms();
+  const auto shares = planner_.fair().Shares(out.at);
+  std::map<std::string, UserStanding> by_id;
+  for (const auto& [id, info] : users_) {
+    UserStanding& u = by_id[id];
+    u.user = info;
+    u.weight = planner_.Weight(id);
+    auto s = shares.find(id);
+    if (s != shares.end()) u.usage_gpu_s = s->second.usage_gpu_s;
+    BalanceInfo b = accounts_.Balance(id);
+    u.available = b.available;
+    u.escrow = b.escrow;
+    u.daily_cap = accounts_.DailyCap(id);
+  }
+  std::set<std::string> counted;  // a gang's job counts once
+  for (const auto& [node_id, n] : jobs_.nodes()) {
+    for (const auto& [job_id, gpus] : n.leases) {
+      auto u = by_id.find(jobs_.At(job_id).job.owner);
+      if (u == by_id.end()) continue;
+      if (counted.insert(job_id).second) ++u->second.running_jobs;
+      u->second.running_gpus += static_cast<int>(gpus.size());
+    }
+  }
+  for (const auto& [order, id] : jobs_.queued()) {
+    const Job& job = jobs_.At(id).job;
+    auto u = by_id.find(job.owner);
+    if (u == by_id.end()) continue;
+    ++u->second.queued_jobs;
+    u->second.queued_gpus += job.spec.resources.gpu_count * job.spec.resources.nodes;
+  }
+  double active_weight = 0, usage = 0;
+  for (const auto& [id, u] : by_id) {
+    if (u.running_jobs + u.queued_jobs > 0) active_weight += u.weight;
+    usage += u.usage_gpu_s;
+  }
+  std::vector<UserStanding*> waiting;
+  for (auto& [id, u] : by_id) {
+    u.score = sched::FairShareScore(u.usage_gpu_s, u.running_gpus, u.weight);
+    if (u.running_jobs + u.queued_jobs > 0 && active_weight > 0) u.share = u.weight / active_weight;
+    if (usage > 0) u.usage_share = u.usage_gpu_s / usage;
+    if (u.queued_jobs > 0) waiting.push_back(&u);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const UserStanding* a, const UserStanding* b) { return a->score < b->score; });
+  for (size_t i = 0; i < waiting.size(); ++i) waiting[i]->rank = static_cast<int>(i) + 1;
+  for (auto& [id, u] : by_id) out.users.push_back(std::move(u));
+  std::sort(out.users.begin(), out.users.end(),
+            [](const UserStanding& a, const UserStanding& b) { return a.user.name < b.user.name; });
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/types.h"
+#include "scheduler/rank.h"
 #include "server/testing/core_fixture.h"
 
 namespace tide::server {
@@ -502,12 +503,50 @@ TEST_F(CoreTest, HeavierAccountsGetTheirShareFirstAndWeightsPersist) {
   }
   auto l = core_->SubmitJob(light, Spec(), "");
   auto h = core_->SubmitJob(heavy, Spec(), "");
+  // While heavy's job holds the GPU, the standings show why light would be
+  // served next: a held GPU counts as an hour of usage (FairShareScore).
+  UserStandings st = core_->Users();
+  ASSERT_EQ(st.users.size(), 2u);
+  const UserStanding& hs = st.users[0];  // by name: heavy, light
+  const UserStanding& ls = st.users[1];
+  ASSERT_EQ(hs.user.name, "heavy");
+  EXPECT_DOUBLE_EQ(hs.weight, 4);
+  EXPECT_DOUBLE_EQ(hs.share, 0.8);
+  EXPECT_EQ(hs.running_jobs, 1);
+  EXPECT_EQ(hs.running_gpus, 1);
+  EXPECT_EQ(hs.queued_jobs, 1);
+  EXPECT_EQ(ls.running_gpus, 0);
+  EXPECT_EQ(ls.queued_gpus, 1);
+  EXPECT_GT(ls.usage_gpu_s, 0);
+  EXPECT_NEAR(hs.usage_share + ls.usage_share, 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(hs.score, sched::FairShareScore(hs.usage_gpu_s, 1, 4));
+  EXPECT_EQ(ls.rank, 1);
+  EXPECT_EQ(hs.rank, 2);
+  EXPECT_EQ(st.half_life_ms, 7LL * 24 * 3600 * 1000);
   ASSERT_TRUE(core_->JobEvent(node, b->first.id, {1, "exited", 0, "", ""}).ok());
   EXPECT_EQ(core_->GetJob(heavy, h->first.id)->status, JobStatus::kStarting);
   EXPECT_EQ(core_->GetJob(light, l->first.id)->status, JobStatus::kQueued);
   Reboot();
   EXPECT_DOUBLE_EQ(core_->Weight(heavy.subject), 4.0);
   EXPECT_DOUBLE_EQ(core_->Weight(light.subject), 1.0);
+}
+
+TEST_F(CoreTest, ANodesTelemetryIsItsProvidersAndTheOperatorsOnly) {
+  Caller carol = User("carol");
+  Caller alice = User("alice");
+  std::string node = AddNode(Machine("rig", 2), carol.subject);
+  api::Heartbeat hb;
+  hb.gpus = Machine("rig", 2).gpus;
+  for (auto& g : hb.gpus) g.utilization_pct = 40;
+  ASSERT_TRUE(core_->Heartbeat(node, hb).ok());
+  auto mine = core_->NodeTelemetry(carol, "rig", true);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(mine->node_id, node);
+  ASSERT_EQ(mine->gpus.size(), 2u);
+  EXPECT_EQ(mine->gpus[1].now.utilization_pct, 40);
+  EXPECT_TRUE(core_->NodeTelemetry(AdminCaller(), node, false).ok());
+  EXPECT_TRUE(core_->NodeTelemetry(alice, node, true).status().IsNotFound());
+  EXPECT_TRUE(core_->NodeTelemetry(carol, "n-nothing", true).status().IsNotFound());
 }
 
 TEST_F(CoreTest, IdempotencyKeyCreatesOnce) {

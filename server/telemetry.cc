@@ -24,6 +24,27 @@ api::TelemetryReading WireReading(const GpuReading& r) {
 
 api::TelemetryStat WireStat(const Stat& s) { return {s.count, s.min, s.avg(), s.max}; }
 
+// The wire form of one GPU's history; the caller names its node and rank.
+api::GpuSeries SeriesOf(const GpuHistory& h, bool series) {
+  api::GpuSeries s;
+  s.now = WireReading(h.last());
+  s.readings = h.total().readings;
+  s.avg_utilization_pct = h.total().utilization_pct.avg();
+  s.avg_memory_used_mb = h.total().memory_used_mb.avg();
+  if (!series) return s;
+  for (const GpuReading& r : h.recent()) s.recent.push_back(WireReading(r));
+  for (size_t i = 0; i < h.shape().tiers.size(); ++i) {
+    api::TelemetryTier tier;
+    tier.width_ms = h.shape().tiers[i].width_ms;
+    for (const Bucket& b : h.Buckets(i)) {
+      tier.buckets.push_back({b.start, b.width_ms, b.readings, WireStat(b.utilization_pct),
+                              WireStat(b.memory_used_mb), WireStat(b.temperature_c)});
+    }
+    s.tiers.push_back(std::move(tier));
+  }
+  return s;
+}
+
 std::string Percent(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f%%", v);
@@ -120,7 +141,7 @@ api::JobTelemetry Telemetry::View(const api::Job& job, const JobState& state, in
   Stat window;
   for (const auto& [key, g] : e->gpus) {
     const auto& [node_id, index] = key;
-    api::GpuSeries s;
+    api::GpuSeries s = SeriesOf(g.history, series);
     s.node_id = node_id;
     s.rank = g.rank;
     s.index = index;
@@ -130,22 +151,6 @@ api::JobTelemetry Telemetry::View(const api::Job& job, const JobState& state, in
         if (ng.index != index) continue;
         s.model = ng.model;
         s.memory_mb = ng.memory_mb;
-      }
-    }
-    s.now = WireReading(g.history.last());
-    s.readings = g.history.total().readings;
-    s.avg_utilization_pct = g.history.total().utilization_pct.avg();
-    s.avg_memory_used_mb = g.history.total().memory_used_mb.avg();
-    if (series) {
-      for (const GpuReading& r : g.history.recent()) s.recent.push_back(WireReading(r));
-      for (size_t i = 0; i < g.history.shape().tiers.size(); ++i) {
-        api::TelemetryTier tier;
-        tier.width_ms = g.history.shape().tiers[i].width_ms;
-        for (const Bucket& b : g.history.Buckets(i)) {
-          tier.buckets.push_back({b.start, b.width_ms, b.readings, WireStat(b.utilization_pct),
-                                  WireStat(b.memory_used_mb), WireStat(b.temperature_c)});
-        }
-        s.tiers.push_back(std::move(tier));
       }
     }
     out.gpus.push_back(std::move(s));
@@ -162,6 +167,24 @@ api::JobTelemetry Telemetry::View(const api::Job& job, const JobState& state, in
                                  " on average over the last " +
                                  Minutes(options_.low_utilization_window_ms) + " (below " +
                                  std::to_string(options_.low_utilization_threshold_pct) + "%)";
+  }
+  return out;
+}
+
+api::NodeTelemetry Telemetry::NodeView(const api::Node& node, int64_t now, bool series) const {
+  api::NodeTelemetry out;
+  out.node_id = node.id;
+  out.node = node.name;
+  out.at = now;
+  for (const api::Gpu& g : node.gpus) {
+    const GpuHistory* h = Node(node.id, g.index);
+    api::GpuSeries s = h != nullptr ? SeriesOf(*h, series) : api::GpuSeries{};
+    s.node_id = node.id;
+    s.node = node.name;
+    s.index = g.index;
+    s.model = g.model;
+    s.memory_mb = g.memory_mb;
+    out.gpus.push_back(std::move(s));
   }
   return out;
 }

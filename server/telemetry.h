@@ -85,6 +85,8 @@ class Telemetry {
   // `series`, only the newest readings and the averages.
   api::JobTelemetry View(const api::Job& job, const JobState& state, int64_t now,
                          bool series) const;
+  // What GET /v1/nodes/{id}/telemetry answers for `node` at `now`.
+  api::NodeTelemetry NodeView(const api::Node& node, int64_t now, bool series) const;
 
  private:
   TelemetryOptions options_;

@@ -151,6 +151,40 @@ TEST_F(TelemetryTest, JobSeriesAndRunAverages) {
   EXPECT_EQ(back->gpus[0].node, "box");
 }
 
+TEST_F(TelemetryTest, NodeViewHasEveryGpuOfTheNodeWithItsHistory) {
+  Telemetry t;
+  for (int i = 0; i < 4; ++i) t.RecordNode("n1", Readings(20 * i, 90), kT0 + i * 1000);
+  api::Node node;
+  node.id = "n1";
+  node.name = "box";
+  for (int i = 0; i < 3; ++i) {
+    api::Gpu g;
+    g.index = i;
+    g.model = "RTX4090";
+    g.memory_mb = 24576;
+    node.gpus.push_back(g);
+  }
+  api::NodeTelemetry v = t.NodeView(node, kT0 + 4000, true);
+  EXPECT_EQ(v.node, "box");
+  EXPECT_EQ(v.at, kT0 + 4000);
+  ASSERT_EQ(v.gpus.size(), 3u);
+  EXPECT_EQ(v.gpus[0].recent.size(), 4u);
+  EXPECT_EQ(v.gpus[0].now.utilization_pct, 60);
+  EXPECT_DOUBLE_EQ(v.gpus[0].avg_utilization_pct, 30);
+  EXPECT_EQ(v.gpus[1].now.utilization_pct, 90);
+  EXPECT_EQ(v.gpus[1].model, "RTX4090");
+  EXPECT_EQ(v.gpus[1].memory_mb, 24576);
+  // A GPU no heartbeat has reported yet: there, with nothing known.
+  EXPECT_EQ(v.gpus[2].index, 2);
+  EXPECT_EQ(v.gpus[2].readings, 0);
+  EXPECT_EQ(v.gpus[2].now.utilization_pct, -1);
+  EXPECT_TRUE(v.gpus[2].recent.empty());
+  nlohmann::json wire = api::ToJson(v);
+  EXPECT_EQ(wire["gpus"][0]["recent"].size(), 4u);
+  EXPECT_EQ(wire["node_id"], "n1");
+  EXPECT_TRUE(t.NodeView(node, kT0 + 4000, false).gpus[0].recent.empty());
+}
+
 TEST_F(TelemetryTest, ANewAttemptDropsTheOldGpusButNotTheRunAverage) {
   Telemetry t;
   t.RecordJob("j1", 1, 0, "n1", {0, 1}, Readings(100, 100), kT0);

@@ -1,4 +1,5 @@
 // /v1/admin/... (admin token) and /v1/nodes.
+#include "api/telemetry.h"
 #include "api/types.h"
 #include "common/json_reader.h"
 #include "common/tls.h"
@@ -28,6 +29,29 @@ Status CheckUserName(const std::string& name, const std::string& field) {
 Response Api::Admin(const Request& req, const Caller& caller, const Segments& seg) {
   if (caller.scope != Scope::kAdmin) {
     return ErrorResponse(Status::PermissionDenied("this route needs an admin token"));
+  }
+  if (seg.size() == 3 && seg[2] == "users" && req.method == "GET") {
+    UserStandings st = core_->Users();
+    json users = json::array();
+    for (const UserStanding& u : st.users) {
+      users.push_back({{"id", u.user.id},
+                       {"name", u.user.name},
+                       {"created_at", u.user.created_at},
+                       {"weight", u.weight},
+                       {"usage_gpu_s", u.usage_gpu_s},
+                       {"share", u.share},
+                       {"usage_share", u.usage_share},
+                       {"running_jobs", u.running_jobs},
+                       {"running_gpus", u.running_gpus},
+                       {"queued_jobs", u.queued_jobs},
+                       {"queued_gpus", u.queued_gpus},
+                       {"score", u.score},
+                       {"rank", u.rank > 0 ? json(u.rank) : json(nullptr)},
+                       {"balance", Credits(u.available)},
+                       {"escrow", Credits(u.escrow)},
+                       {"daily_cap", u.daily_cap > 0 ? json(Credits(u.daily_cap)) : json(nullptr)}});
+    }
+    return JsonResponse(200, {{"users", users}, {"half_life_s", st.half_life_ms / 1000}, {"at", st.at}});
   }
   if (seg.size() == 3 && seg[2] == "users" && req.method == "POST") {
     auto body = ParseBody(req);
@@ -217,6 +241,16 @@ Response Api::Nodes(const Request& req, const Caller& caller, const Segments& se
       if (n.node.id == seg[2] || n.node.name == seg[2]) return JsonResponse(200, to_json(n));
     }
     return ErrorResponse(Status::NotFound("no node " + seg[2]));
+  }
+  if (seg.size() == 4 && seg[3] == "telemetry") {
+    for (auto& [k, v] : req.query) {
+      if (k != "series") return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+    }
+    auto series = QueryBool(req, "series", true);
+    if (!series.ok()) return ErrorResponse(series.status());
+    auto t = core_->NodeTelemetry(caller, seg[2], *series);
+    if (!t.ok()) return ErrorResponse(t.status());
+    return JsonResponse(200, api::ToJson(*t));
   }
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }

@@ -79,6 +79,13 @@ Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def
   return n;
 }
 
+Result<bool> QueryBool(const Request& req, const std::string& key, bool def) {
+  std::string v = req.Query(key);
+  if (v.empty()) return def;
+  if (v != "true" && v != "false") return Status::InvalidArgument("must be true or false", key);
+  return v == "true";
+}
+
 static bool EndsWith(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }

@@ -75,6 +75,7 @@ class Api {
   Response Outputs(const Request& req, const Caller& caller, const std::string& id,
                    const std::string& path);
   Response OutputsTar(const Caller& caller, const std::string& id);
+  Response TelemetryStream(const Caller& caller, const api::JobTelemetry& first);
   Response UploadCode(const Request& req, const Caller& caller);
   Response Agent(const Request& req, const Caller& caller, const Segments& seg);
   Response Batches(const Request& req, const Caller& caller, const Segments& seg);
@@ -126,5 +127,7 @@ Status CheckSessionRequest(const Request& req, const std::string& session_secret
 // Reads an integer query parameter; absent gives `def`.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t def, int64_t min,
                          int64_t max);
+// Reads a boolean query parameter (true or false); absent gives `def`.
+Result<bool> QueryBool(const Request& req, const std::string& key, bool def);
 
 }  // namespace tide::server

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <stdexcept>
+#include <tuple>
 
 #include "api/telemetry.h"
 #include "api/types.h"
@@ -53,13 +54,16 @@ Response Api::Jobs(const Request& req, const Caller& caller, const Segments& seg
   if (seg.size() == 4 && seg[3] == "metrics" && req.method == "GET") return Metrics(req, caller, id);
   if (seg.size() == 4 && seg[3] == "telemetry" && req.method == "GET") {
     for (auto& [k, v] : req.query) {
-      if (k != "series") return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+      if (k != "series" && k != "follow") {
+        return ErrorResponse(Status::InvalidArgument("unknown query parameter", k));
+      }
     }
-    std::string series = req.Query("series");
-    if (!series.empty() && series != "true" && series != "false") {
-      return ErrorResponse(Status::InvalidArgument("must be true or false", "series"));
-    }
-    auto t = core_->JobTelemetry(caller, id, series != "false");
+    auto series = QueryBool(req, "series", true);
+    if (!series.ok()) return ErrorResponse(series.status());
+    auto follow = QueryBool(req, "follow", false);
+    if (!follow.ok()) return ErrorResponse(follow.status());
+    auto t = core_->JobTelemetry(caller, id, *series);
+    if (t.ok() && *follow) return TelemetryStream(caller, *t);
     if (!t.ok()) return ErrorResponse(t.status());
     return JsonResponse(200, api::ToJson(*t));
   }
@@ -247,6 +251,64 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
       }
       core_->WaitChange(seen, clock_->MonotonicMs() + 1000);
       if (!write("")) return;  // the client went away while nothing flowed
+    }
+  };
+  return r;
+}
+
+// GET /v1/jobs/{id}/telemetry?follow=true: server-sent events. The first,
+// `telemetry`, is the whole answer (`first`); then each heartbeat that
+// brings the job a reading sends `reading`, the answer without its series
+// (each GPU's newest reading in `now`, and the averages), which a client
+// appends to what it holds. When the job's GPUs change (a new attempt),
+// `telemetry` again. When the job ends: the last `reading`, then `end`.
+Response Api::TelemetryStream(const Caller& caller, const api::JobTelemetry& first) {
+  Response r;
+  r.content_type = "text/event-stream; charset=utf-8";
+  r.headers["Cache-Control"] = "no-store";
+  r.stream = [this, caller, first](const ChunkWriter& write) {
+    auto event = [](const char* name, const api::JobTelemetry& t) {
+      return std::string("event: ") + name + "\ndata: " + api::ToJson(t).dump() + "\n\n";
+    };
+    auto gpus_of = [](const api::JobTelemetry& t) {
+      std::vector<std::tuple<std::string, int, int>> keys;
+      for (const auto& g : t.gpus) keys.emplace_back(g.node_id, g.index, g.rank);
+      return keys;
+    };
+    if (!write("retry: 2000\n" + event("telemetry", first))) return;
+    auto gpus = gpus_of(first);
+    int64_t last_at = first.last_at;
+    int64_t last_write = clock_->MonotonicMs();
+    while (true) {
+      if (!core_->CredentialValid(caller)) return;  // logged out or revoked meanwhile
+      uint64_t seen = core_->epoch();
+      auto job = core_->GetJob(caller, first.job_id);
+      if (!job.ok()) return;
+      const bool ended = api::IsTerminal(job->status);
+      auto t = core_->JobTelemetry(caller, first.job_id, /*series=*/false);
+      if (!t.ok()) return;
+      std::string out;
+      if (gpus_of(*t) != gpus) {
+        t = core_->JobTelemetry(caller, first.job_id, /*series=*/true);
+        if (!t.ok()) return;
+        out = event("telemetry", *t);
+        gpus = gpus_of(*t);
+      } else if (t->last_at != last_at || ended) {
+        out = event("reading", *t);
+      }
+      last_at = t->last_at;
+      if (ended) out += "event: end\ndata: {}\n\n";
+      if (!out.empty()) {
+        if (!write(out)) return;
+        last_write = clock_->MonotonicMs();
+      }
+      if (ended) return;
+      if (clock_->MonotonicMs() - last_write >= 15'000) {
+        if (!write(": ping\n\n")) return;
+        last_write = clock_->MonotonicMs();
+      }
+      core_->WaitChange(seen, clock_->MonotonicMs() + 1000);
+      if (!write("")) return;  // the client went away while nothing changed
     }
   };
   return r;

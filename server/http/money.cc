@@ -77,7 +77,8 @@ Response Api::Money(const Request& req, const Caller& caller, const Segments& se
     Micros total = 0;
     for (const auto& l : core_->Earnings(caller)) {
       lines.push_back({{"job_id", l.job_id}, {"attempt", l.attempt}, {"rank", l.rank},
-                       {"node_id", l.node_id},
+                       {"node_id", l.node_id}, {"started_at", l.started_at},
+                       {"finished_at", l.finished_at},
                        {"gpu_seconds", static_cast<double>(l.gpu_ms) / 1000.0},
                        {"price", Credits(l.rate)}, {"gross", Credits(l.gross)},
                        {"fee", Credits(l.fee)}, {"earned", Credits(l.earned)}});

@@ -171,6 +171,10 @@ test('log lines arrive while the job runs, and cancel stops it', async () => {
     command: ['sh', '-c', 'i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo tick-$i; sleep 0.2; done'],
   });
   const page = await loggedIn(users.alice, 'alice');
+  const followed = [];
+  page.on('request', (r) => {
+    if (r.url().includes(`/v1/jobs/${job.id}/telemetry?follow=true`)) followed.push(r.url());
+  });
   await page.goto(`${cluster.url}/jobs/${job.id}`);
   await statusShown(page, 'running');
   // A line printed after the page was drawn appears without a reload.
@@ -178,6 +182,15 @@ test('log lines arrive while the job runs, and cancel stops it', async () => {
   await log.filter({ hasText: /tick-\d/ }).waitFor();
   const seen = Number((await log.textContent()).match(/tick-(\d+)\s*$/)?.[1] ?? 0);
   await log.filter({ hasText: `tick-${seen + 5}` }).waitFor();
+  // GPU readings arrive the same way, pushed by the server with each
+  // heartbeat of the agent.
+  const telemetry = page.getByTestId('telemetry');
+  const readings = async () => Number(await telemetry.getAttribute('data-readings'));
+  await eventually(async () => (await readings()) > 0, WAIT, 'a first GPU reading');
+  const first = await readings();
+  await eventually(async () => (await readings()) >= first + 3, WAIT, 'three more GPU readings');
+  assert.ok(followed.length >= 1, 'the page follows the telemetry stream');
+  await page.getByTestId('chart-utilization').waitFor();
   await shot(page, 'job-running');
   await page.getByTestId('cancel-job').click();
   await page.getByTestId('cancel-job-yes').click();
@@ -311,6 +324,9 @@ test('a provider sees its node and what it earned', async () => {
   const total = page.getByTestId('earnings-total');
   await total.waitFor();
   assert.ok(Number((await total.textContent()).replace(/[^0-9.]/g, '')) > 0, 'carol earned something');
+  // Her GPU over time, and her earnings over time.
+  await page.getByTestId('provider-node').filter({ hasText: 'p1' }).getByTestId('node-chart-utilization').waitFor();
+  await page.getByTestId('chart-earnings').waitFor();
   // The consumer's job is not shown to the provider by name.
   assert.doesNotMatch(await page.content(), /on-carols-gpu/);
   await shot(page, 'provider');
@@ -328,6 +344,19 @@ test('the operator mints cards, shown once', async () => {
   const codes = page.getByTestId('minted-code');
   await eventually(async () => (await codes.count()) === 2, WAIT, 'two codes');
   for (const c of await codes.allTextContents()) assert.match(c, /TIDE-/);
+  // Users with their fair-share standing; a weight set in place holds.
+  const bob = page.locator('[data-testid="user-row"][data-user="bob"]');
+  await bob.waitFor();
+  await page.locator('[data-testid="user-row"][data-user="alice"]').waitFor();
+  await bob.getByTestId('weight-value').fill('3');
+  await bob.getByTestId('weight-set').click();
+  await eventually(async () => (await cluster.admin('GET', `/v1/admin/users/bob/weight`)).weight === 3, WAIT,
+    "bob's weight to be 3");
+  await eventually(async () => (await bob.getByTestId('weight-value').inputValue()) === '3', WAIT,
+    'the table to show it');
+  await bob.getByTestId('weight-value').fill('-1');
+  await bob.getByTestId('weight-set').click();
+  await bob.getByTestId('weight-error').filter({ hasText: /above 0/ }).waitFor();
   await shot(page, 'operator');
   await accessible(page, 'operator');
   await finish(page);

@@ -344,6 +344,103 @@ TEST_F(ConsoleTest, EventsCarryEachChangeOfTheCallersJobs) {
   EXPECT_NE(stale.find("event: reset"), std::string::npos) << stale;
 }
 
+TEST_F(ConsoleTest, AJobsTelemetryIsPushedWithEachHeartbeatUntilItEnds) {
+  auto alice = cluster_.ClientFor(alice_);
+  std::string id = SubmitOk(*alice, {{"command", {"sleep", "4"}}, {"resources", {{"gpu_count", 1}}}});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    auto j = alice->Call("GET", "/v1/jobs/" + id);
+    return j.ok() && (*j)["status"] == "running";
+  }));
+  const std::string auth = "-H 'Authorization: Bearer " + alice_ + "'";
+  // The stream ends by itself when the job does, well before curl's 60 s.
+  std::string events = Shell(cluster_.curl() + " -N --max-time 60 " + auth + " '" + cluster_.url() +
+                             "/v1/jobs/" + id + "/telemetry?follow=true'; echo rc=$?");
+  EXPECT_EQ(events.rfind("rc=0\n"), events.size() - 5) << events;
+  EXPECT_EQ(events.find("retry: 2000\nevent: telemetry\ndata: {"), 0u) << events;
+  size_t readings = 0;
+  for (size_t at = events.find("event: reading\ndata: {"); at != std::string::npos;
+       at = events.find("event: reading\ndata: {", at + 1)) {
+    ++readings;
+  }
+  // Four seconds of 500 ms heartbeats, on a machine that may be busy.
+  EXPECT_GE(readings, 2u) << events;
+  EXPECT_NE(events.find("event: end\ndata: {}\n\n"), std::string::npos) << events;
+  // Each reading is the job's telemetry without its series.
+  size_t r = events.find("event: reading\ndata: ");
+  json reading = json::parse(events.substr(r + 21, events.find('\n', r + 21) - r - 21), nullptr, false);
+  ASSERT_TRUE(reading.is_object()) << events;
+  EXPECT_EQ(reading["job"], id);
+  ASSERT_EQ(reading["gpus"].size(), 1u);
+  EXPECT_TRUE(reading["gpus"][0]["recent"].empty());
+  EXPECT_GT(reading["gpus"][0]["now"]["at"].get<int64_t>(), 0);
+
+  // Bad parameters name themselves; another user's job is not found.
+  Http bad = Curl("GET", "/v1/jobs/" + id + "/telemetry?follow=maybe", auth);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("\"field\":\"follow\""), std::string::npos) << bad.body;
+  Http unknown = Curl("GET", "/v1/jobs/" + id + "/telemetry?since=1", auth);
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_NE(unknown.body.find("\"field\":\"since\""), std::string::npos) << unknown.body;
+  const std::string bob = "-H 'Authorization: Bearer " + cluster_.NewUser("bob") + "'";
+  EXPECT_EQ(Curl("GET", "/v1/jobs/" + id + "/telemetry?follow=true", bob).status, 404);
+}
+
+TEST_F(ConsoleTest, TheOperatorSeesUsersStandingsAndEachNodesTelemetry) {
+  auto alice = cluster_.ClientFor(alice_);
+  auto weight = cluster_.admin().Call("PUT", "/v1/admin/users/alice/weight", json{{"weight", 2}});
+  ASSERT_TRUE(weight.ok());
+  std::string id = SubmitOk(*alice, {{"command", {"sleep", "30"}}, {"resources", {{"gpu_count", 2}}}});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    auto j = alice->Call("GET", "/v1/jobs/" + id);
+    return j.ok() && (*j)["status"] == "running";
+  }));
+  auto users = cluster_.admin().Call("GET", "/v1/admin/users");
+  ASSERT_TRUE(users.ok());
+  EXPECT_EQ((*users)["half_life_s"], 7 * 24 * 3600);
+  json a;
+  for (const json& u : (*users)["users"]) {
+    if (u["name"] == "alice") a = u;
+  }
+  ASSERT_TRUE(a.is_object()) << users->dump();
+  EXPECT_EQ(a["weight"], 2.0);
+  EXPECT_EQ(a["running_jobs"], 1);
+  EXPECT_EQ(a["running_gpus"], 2);
+  EXPECT_EQ(a["share"], 1.0);  // the only user with work
+  EXPECT_TRUE(a["rank"].is_null());  // nothing of hers waits
+  EXPECT_TRUE(a["daily_cap"].is_null());
+  // `tide admin user ls` prints the same.
+  CliResult ls = cluster_.Cli({"admin", "user", "ls"}, cluster_.admin_token());
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("alice"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("1 (2 GPUs)"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("half-life of 7.0 days"), std::string::npos) << ls.out;
+  // Users are the operator's to list.
+  const std::string as_alice = "-H 'Authorization: Bearer " + alice_ + "'";
+  EXPECT_EQ(Curl("GET", "/v1/admin/users", as_alice).status, 403);
+
+  // The node's GPUs over time: the operator's (a1 is the operator's own
+  // node), not alice's.
+  auto nodes = cluster_.admin().Call("GET", "/v1/nodes");
+  ASSERT_TRUE(nodes.ok());
+  std::string node = (*nodes)["nodes"][0]["id"];
+  ASSERT_TRUE(Eventually([&] {
+    auto t = cluster_.admin().Call("GET", "/v1/nodes/a1/telemetry");
+    return t.ok() && (*t)["gpus"].size() == 2 && (*t)["gpus"][1]["recent"].size() >= 2;
+  }));
+  auto brief = cluster_.admin().Call("GET", "/v1/nodes/" + node + "/telemetry?series=false");
+  ASSERT_TRUE(brief.ok());
+  EXPECT_EQ((*brief)["node"], "a1");
+  EXPECT_TRUE((*brief)["gpus"][0]["recent"].empty());
+  EXPECT_EQ(Curl("GET", "/v1/nodes/" + node + "/telemetry", as_alice).status, 404);
+  Http bad = Curl("GET", "/v1/nodes/a1/telemetry?series=2", "-H 'Authorization: Bearer " +
+                                                               cluster_.admin_token() + "'");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("\"field\":\"series\""), std::string::npos) << bad.body;
+  ASSERT_TRUE(alice->Call("POST", "/v1/jobs/" + id + "/cancel").ok());
+}
+
 TEST_F(ConsoleTest, YamlAndSbatchConvertToTheJsonTheApiTakes) {
   auto alice = cluster_.ClientFor(alice_);
   auto job = alice->Call("POST", "/v1/convert",

@@ -109,6 +109,9 @@ TEST_F(MoneyE2eTest, ChargedExactlySecondsTimesRateAndTheProviderEarnsTheRest) {
   int64_t fee = expected / 10;
   EXPECT_EQ(Micros(earned["lines"][0]["fee"]), fee);
   EXPECT_EQ(Micros(earned["lines"][0]["earned"]), expected - fee);
+  // When it was earned: the provider page's chart over time.
+  EXPECT_GT(earned["lines"][0]["started_at"].get<int64_t>(), 0);
+  EXPECT_GE(earned["lines"][0]["finished_at"], earned["lines"][0]["started_at"]);
   ExpectLedgerBalances();
 
   // Operator totals for Prometheus, with the admin token only.

@@ -1,6 +1,7 @@
-// A job's GPU telemetry (GET /v1/jobs/{id}/telemetry) and its own metrics
-// (GET /v1/jobs/{id}/metrics) as charts, refreshed while the job runs.
-import { useMemo } from 'preact/hooks';
+// A job's GPU telemetry (GET /v1/jobs/{id}/telemetry, followed as
+// server-sent events while the job runs) and its own metrics (GET
+// /v1/jobs/{id}/metrics, refreshed while it runs) as charts.
+import { useEffect, useMemo, useRef } from 'preact/hooks';
 import { get } from '../api.js';
 import { TimeChart, XYChart } from '../charts.jsx';
 import { percent } from '../format.js';
@@ -62,17 +63,80 @@ export function telemetrySeries(t) {
 
 const isRunning = (job) => job.status === 'running' || job.status === 'starting';
 
+// Newest readings kept per GPU at full rate, as the server keeps them.
+const MAX_RECENT = 600;
+
+// `t` with a `reading` event folded in: each GPU's newest reading appended
+// to its recent ones, its averages and the job's replaced.
+export function withReading(t, brief) {
+  if (!t) return t;
+  const key = (g) => `${g.node_id}/${g.index}/${g.rank}`;
+  const byKey = new Map(brief.gpus.map((g) => [key(g), g]));
+  const gpus = t.gpus.map((g) => {
+    const b = byKey.get(key(g));
+    if (!b) return g;
+    const recent = g.recent || [];
+    const last = recent.length ? recent[recent.length - 1].at : 0;
+    const grown = b.now && b.now.at > last ? [...recent, b.now].slice(-MAX_RECENT) : recent;
+    return { ...g, now: b.now, average: b.average, recent: grown };
+  });
+  return { ...t, ...brief, gpus };
+}
+
+// A job's telemetry: read once, and while `live`, followed (`telemetry`
+// replaces it, `reading` adds to it). Without EventSource, or while the
+// stream is down, read again every TELEMETRY_MS.
+function useJobTelemetry(id, live) {
+  const path = `/v1/jobs/${encodeURIComponent(id)}/telemetry`;
+  const state = useAsync(() => get(path), [id]);
+  const { setData, reload } = state;
+  const streaming = live && typeof EventSource !== 'undefined';
+  useEffect(() => {
+    if (!streaming) return undefined;
+    const es = new EventSource(`${path}?follow=true`);
+    const parse = (e) => {
+      try {
+        return JSON.parse(e.data);
+      } catch {
+        return null;
+      }
+    };
+    es.addEventListener('telemetry', (e) => {
+      const t = parse(e);
+      if (t) setData(t);
+    });
+    es.addEventListener('reading', (e) => {
+      const b = parse(e);
+      if (b) setData((t) => withReading(t, b));
+    });
+    es.addEventListener('end', () => es.close());
+    es.addEventListener('error', () => {
+      if (es.readyState === EventSource.CLOSED) reload();
+    });
+    return () => es.close();
+  }, [path, streaming]);
+  useInterval(reload, TELEMETRY_MS, live && !streaming);
+  // The job ended: read the last of it once.
+  const was = useRef(live);
+  useEffect(() => {
+    if (was.current && !live) reload();
+    was.current = live;
+  }, [live]);
+  return state;
+}
+
 export function TelemetryPanel({ job }) {
   const running = isRunning(job);
-  const { data, error, reload } = useAsync(
-    () => get(`/v1/jobs/${encodeURIComponent(job.id)}/telemetry`),
-    [job.id],
-  );
-  useInterval(reload, TELEMETRY_MS, running);
+  const { data, error } = useJobTelemetry(job.id, running);
   const series = useMemo(() => telemetrySeries(data), [data]);
   const gpus = (data && data.gpus) || [];
   return (
-    <section aria-labelledby="telemetry-title" class="panel" data-testid="telemetry">
+    <section
+      aria-labelledby="telemetry-title"
+      class="panel"
+      data-testid="telemetry"
+      data-readings={series.times.length}
+    >
       <h2 id="telemetry-title">GPU telemetry</h2>
       <ErrorNote error={error && error.status !== 404 ? error : null} />
       {data && data.low_utilization && (

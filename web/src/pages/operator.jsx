@@ -1,7 +1,7 @@
 // The operator's page (admin sessions only): queue pressure by GPU type
 // (GET /v1/queue), every node with drain and undrain, prices, minting
-// credit cards (the codes are shown once), users and their fair-share
-// weights, and the ledger check.
+// credit cards (the codes are shown once), users with their fair-share
+// standings and weights, and the ledger check.
 import { useEffect, useState } from 'preact/hooks';
 import { get, post, put } from '../api.js';
 import { credits, dateTime, relative, shortDuration } from '../format.js';
@@ -398,13 +398,141 @@ function MintCards() {
   );
 }
 
+// One user's weight, set in place. The field keeps what the operator
+// typed; the table's refresh does not overwrite it.
+function WeightCell({ user, onSaved }) {
+  const [value, setValue] = useState(String(user.weight));
+  const [error, setError] = useState(null);
+  const save = async (e) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      await put(`/v1/admin/users/${encodeURIComponent(user.id)}/weight`, { weight: Number(value) });
+      onSaved();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  const changed = value.trim() !== String(user.weight);
+  return (
+    <form class="inline-form" onSubmit={save} data-testid="weight-form">
+      <input
+        class="narrow"
+        inputMode="decimal"
+        value={value}
+        onInput={(e) => setValue(e.currentTarget.value)}
+        aria-label={`Fair-share weight of ${user.name}`}
+        aria-invalid={error ? 'true' : undefined}
+        data-testid="weight-value"
+      />
+      <button type="submit" disabled={!changed || !value.trim()} data-testid="weight-set">
+        Set
+      </button>
+      {error && (
+        <span class="field-error" role="alert" data-testid="weight-error">
+          {error.message}
+        </span>
+      )}
+    </form>
+  );
+}
+
+const pct = (x) => `${(100 * (x || 0)).toFixed(1)}%`;
+// Decayed usage: GPU-hours, or GPU-seconds while under a hundredth of one.
+const gpuTime = (s) => (s >= 36 ? `${(s / 3600).toFixed(2)} GPU-h` : `${s.toFixed(1)} GPU-s`);
+
+// Every user as the scheduler weighs them (GET /v1/admin/users, like
+// Slurm's sshare): weight, the share it entitles them to among users with
+// work, their decayed usage, and the order in which those waiting are
+// served; and the money they hold.
+function Standings({ refresh }) {
+  const { data, error, reload } = useAsync(() => get('/v1/admin/users'), [refresh]);
+  useInterval(reload, REFRESH_MS);
+  const users = (data && data.users) || [];
+  return (
+    <>
+      <ErrorNote error={error} />
+      {!data && !error && <Loading />}
+      {data && !users.length && <p class="empty">No users yet.</p>}
+      {users.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="users-table">
+            <thead>
+              <tr>
+                <th scope="col">User</th>
+                <th scope="col">Weight</th>
+                <th scope="col" class="num" title="weight over the weights of users with work">
+                  Share
+                </th>
+                <th scope="col" class="num" title="decayed GPU-hours">
+                  Usage
+                </th>
+                <th scope="col" class="num" title="of every user's usage">
+                  Of all usage
+                </th>
+                <th scope="col" class="num">
+                  Running
+                </th>
+                <th scope="col" class="num">
+                  Queued
+                </th>
+                <th scope="col" class="num" title="the order in which users with queued work are served">
+                  Next
+                </th>
+                <th scope="col" class="num">
+                  Balance
+                </th>
+                <th scope="col" class="num">
+                  Daily cap
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {users.map((u) => (
+                <tr key={u.id} data-testid="user-row" data-user={u.name}>
+                  <td>
+                    {u.name} <span class="mono muted">{u.id}</span>
+                  </td>
+                  <td>
+                    <WeightCell user={u} onSaved={reload} />
+                  </td>
+                  <td class="num" data-testid="user-share">
+                    {u.running_jobs + u.queued_jobs > 0 ? pct(u.share) : '—'}
+                  </td>
+                  <td class="num">{gpuTime(u.usage_gpu_s)}</td>
+                  <td class="num">{pct(u.usage_share)}</td>
+                  <td class="num">
+                    {u.running_jobs} ({u.running_gpus} GPUs)
+                  </td>
+                  <td class="num">
+                    {u.queued_jobs} ({u.queued_gpus} GPUs)
+                  </td>
+                  <td class="num" data-testid="user-rank">
+                    {u.rank || '—'}
+                  </td>
+                  <td class="num">{credits(u.balance)}</td>
+                  <td class="num">{u.daily_cap === null ? 'none' : credits(u.daily_cap)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {data && (
+        <p class="muted">
+          Usage decays with a half-life of {shortDuration(data.half_life_s)}. Between users whose next jobs are
+          alike, the lowest usage for its weight goes first, counting each GPU held now as an hour of it.
+        </p>
+      )}
+    </>
+  );
+}
+
 function Users() {
   const [name, setName] = useState('');
   const [made, setMade] = useState(null);
   const [error, setError] = useState(null);
-  const [w, setW] = useState({ user: '', weight: '' });
-  const [weight, setWeight] = useState(null);
-  const [weightError, setWeightError] = useState(null);
+  const [refresh, setRefresh] = useState(0);
 
   const create = async (e) => {
     e.preventDefault();
@@ -413,33 +541,16 @@ function Users() {
     try {
       setMade(await post('/v1/admin/users', { name: name.trim() }));
       setName('');
+      setRefresh((n) => n + 1);
     } catch (err) {
       setError(err);
     }
   };
-  const weightPath = () => `/v1/admin/users/${encodeURIComponent(w.user.trim())}/weight`;
-  const readWeight = async () => {
-    setWeightError(null);
-    try {
-      const r = await get(weightPath());
-      setWeight(r);
-      setW({ ...w, weight: String(r.weight) });
-    } catch (err) {
-      setWeightError(err);
-    }
-  };
-  const saveWeight = async (e) => {
-    e.preventDefault();
-    setWeightError(null);
-    try {
-      setWeight(await put(weightPath(), { weight: Number(w.weight) }));
-    } catch (err) {
-      setWeightError(err);
-    }
-  };
   return (
     <section class="panel" aria-labelledby="users-title">
-      <h2 id="users-title">Users</h2>
+      <h2 id="users-title">Users and fair share</h2>
+      <Standings refresh={refresh} />
+      <h3>New user</h3>
       <form class="row-form" onSubmit={create} data-testid="user-form">
         <Field
           label="New user's name"
@@ -473,48 +584,6 @@ function Users() {
             <CopyButton text={made.token} testid="user-token-copy" />
           </p>
         </div>
-      )}
-      <h3>Fair-share weight</h3>
-      <form class="row-form" onSubmit={saveWeight} data-testid="weight-form">
-        <Field label="User (name or id)" name="user" id="weight-user">
-          {(a) => (
-            <input
-              {...a}
-              value={w.user}
-              onInput={(e) => setW({ ...w, user: e.currentTarget.value })}
-              data-testid="weight-user"
-            />
-          )}
-        </Field>
-        <button type="button" onClick={readWeight} disabled={!w.user.trim()} data-testid="weight-read">
-          Read
-        </button>
-        <Field
-          label="Weight"
-          name="weight"
-          id="weight-value"
-          error={weightError && weightError.field === 'weight' ? weightError.message : ''}
-          hint="above 0, at most 1000; default 1"
-        >
-          {(a) => (
-            <input
-              {...a}
-              inputMode="decimal"
-              value={w.weight}
-              onInput={(e) => setW({ ...w, weight: e.currentTarget.value })}
-              data-testid="weight-value"
-            />
-          )}
-        </Field>
-        <button type="submit" disabled={!w.user.trim() || !w.weight.trim()} data-testid="weight-set">
-          Set weight
-        </button>
-      </form>
-      {weightError && weightError.field !== 'weight' && <ErrorNote error={weightError} />}
-      {weight && (
-        <p class="ok" role="status" data-testid="weight-result">
-          {weight.user}: weight {weight.weight}
-        </p>
       )}
     </section>
   );
@@ -582,10 +651,8 @@ export function OperatorPage({ session }) {
         <Prices />
         <MintCards />
       </div>
-      <div class="grid2 top">
-        <Users />
-        <LedgerCheck />
-      </div>
+      <Users />
+      <LedgerCheck />
     </>
   );
 }

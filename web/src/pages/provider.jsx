@@ -1,12 +1,14 @@
 // The provider page: the nodes the caller rents out (GET /v1/nodes, those
 // whose `owner` is the caller; every node for the admin) with each GPU's
-// utilisation, memory and temperature at the last heartbeat, and what they
-// earned (GET /v1/provider/earnings), in all, per node and entry by entry.
+// utilisation, memory and temperature at the last heartbeat and over time
+// (GET /v1/nodes/{id}/telemetry), and what they earned (GET
+// /v1/provider/earnings): over time, per node, in all.
 import { useEffect, useMemo } from 'preact/hooks';
 import { get } from '../api.js';
-import { XYChart } from '../charts.jsx';
+import { TimeChart } from '../charts.jsx';
 import { credits, gpuMemory, percent, relative, shortDuration } from '../format.js';
 import { ErrorNote, Loading, useAsync, useInterval } from '../ui.jsx';
+import { telemetrySeries } from './job_charts.jsx';
 
 const REFRESH_MS = 5000;
 
@@ -59,6 +61,44 @@ export function GpuTable({ node }) {
   );
 }
 
+// Every GPU of the node over time, one line each.
+function NodeCharts({ node }) {
+  const { data, error, reload } = useAsync(
+    () => get(`/v1/nodes/${encodeURIComponent(node.id)}/telemetry`),
+    [node.id],
+  );
+  useInterval(reload, REFRESH_MS, node.state === 'ready');
+  const series = useMemo(() => telemetrySeries(data), [data]);
+  if (error) return <ErrorNote error={error} />;
+  if (!series.times.length) return null;
+  return (
+    <div class="charts" data-testid="node-charts">
+      <TimeChart
+        label={`${node.name}: utilisation (%)`}
+        times={series.times}
+        series={series.util}
+        unit="%"
+        yRange={[0, 100]}
+        testid="node-chart-utilization"
+      />
+      <TimeChart
+        label={`${node.name}: memory used (GiB)`}
+        times={series.times}
+        series={series.mem}
+        unit="GiB"
+        testid="node-chart-memory"
+      />
+      <TimeChart
+        label={`${node.name}: temperature (°C)`}
+        times={series.times}
+        series={series.temp}
+        unit="°C"
+        testid="node-chart-temperature"
+      />
+    </div>
+  );
+}
+
 function NodeCard({ node }) {
   const state = nodeState(node);
   const labels = Object.entries(node.labels || {});
@@ -84,6 +124,7 @@ function NodeCard({ node }) {
         {labels.length ? ` · ${labels.map(([k, v]) => `${k}=${v}`).join(', ')}` : ''}
       </p>
       <GpuTable node={node} />
+      <NodeCharts node={node} />
     </article>
   );
 }
@@ -103,18 +144,27 @@ function Earnings() {
     }
     return [...m.values()];
   }, [data]);
-  // The lines carry no time; in the order the ledger gives them, their
-  // running total is how the earnings grew.
+  // What was earned, summed by the time each attempt ended (or now, for
+  // one still running): how the earnings grew.
   const cumulative = useMemo(() => {
+    const now = Date.now();
+    const points = lines
+      .map((l) => ({ at: l.finished_at > 0 ? l.finished_at : now, earned: Number(l.earned) || 0 }))
+      .sort((a, b) => a.at - b.at);
+    const starts = lines.map((l) => l.started_at).filter((t) => t > 0);
     let sum = 0;
-    const x = [];
-    const y = [];
-    lines.forEach((l, i) => {
-      sum += Number(l.earned) || 0;
-      x.push(i + 1);
-      y.push(+sum.toFixed(6));
-    });
-    return { x, series: [{ label: 'earned', values: y }] };
+    // From nothing, when the first paid attempt started.
+    const times = starts.length ? [Math.min(...starts)] : [];
+    const values = starts.length ? [0] : [];
+    for (const p of points) {
+      sum += p.earned;
+      if (times.length && times[times.length - 1] === p.at) values[values.length - 1] = +sum.toFixed(6);
+      else {
+        times.push(p.at);
+        values.push(+sum.toFixed(6));
+      }
+    }
+    return { times, series: [{ label: 'earned', values }] };
   }, [data]);
   return (
     <section class="panel" aria-labelledby="earnings-title">
@@ -133,12 +183,12 @@ function Earnings() {
           </div>
         </dl>
       )}
-      {lines.length > 1 && (
-        <XYChart
-          label="Earnings, running total (credits) by paid attempt"
-          x={cumulative.x}
+      {cumulative.times.length > 1 && (
+        <TimeChart
+          label="Earnings over time, running total (credits)"
+          times={cumulative.times}
           series={cumulative.series}
-          xLabel="attempt"
+          unit="credits"
           testid="chart-earnings"
         />
       )}
