@@ -1,10 +1,12 @@
 // Real TLS on loopback: HttpServer with certificates made by common/tls,
-// HttpClient trusting it by pin or by CA file, and every way that must fail.
+// HttpClient trusting it by pin or by CA file, and every way that must fail;
+// and a streamed answer whose source fails, over HTTP and HTTPS.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "api/http_client.h"
@@ -46,6 +48,14 @@ class TlsTest : public ::testing::Test {
     server_ = std::make_unique<HttpServer>(
         [](const Request& r) {
           Response out;
+          if (r.path == "/v1/broken-stream") {
+            // What OutputsTar does when a file cannot be read mid-way.
+            out.stream = [](const ChunkWriter& write) {
+              write("the first half");
+              throw std::runtime_error("the source failed");
+            };
+            return out;
+          }
           out.body = "{\"path\":\"" + r.path + "\"}";
           return out;
         },
@@ -170,6 +180,28 @@ TEST_F(TlsTest, ReloadServesTheNewCertificateToNewConnections) {
   std::ofstream(a.key) << "not a key";
   EXPECT_FALSE(server_->ReloadTls().ok());
   EXPECT_TRUE(Get("https", {"", {b.pin}}).ok());
+}
+
+// A stream that fails ends without its last chunk: the client sees a
+// broken answer, never one that looks whole.
+TEST_F(TlsTest, AStreamWhoseSourceFailsEndsVisiblyBroken) {
+  for (bool secure : {false, true}) {
+    SCOPED_TRACE(secure ? "https" : "http");
+    Files f = MakeCert(dir_, secure ? "s" : "p");
+    Start(secure ? &f : nullptr);
+    auto c = api::HttpClient::Create(std::string(secure ? "https" : "http") + "://" + addr_,
+                                     secure ? api::TlsTrust{"", {f.pin}} : api::TlsTrust{});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::string got;
+    Status st = (*c)->Stream("/v1/broken-stream", {}, [&](std::string_view piece) {
+      got.append(piece);
+      return true;
+    }, 5'000);
+    EXPECT_FALSE(st.ok()) << "a broken stream read as complete: " << got;
+    EXPECT_EQ(got.rfind("the first half", 0), 0u) << got;
+    TearDown();
+    server_.reset();
+  }
 }
 
 TEST(TlsServer, EnableTlsNamesTheBadFile) {

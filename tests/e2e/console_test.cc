@@ -242,6 +242,25 @@ TEST_F(ConsoleTest, ASessionHasItsTokensScopeAndEndsWithIt) {
   EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 401);
 }
 
+TEST_F(ConsoleTest, TheOperatorEndsOneSessionByItsId) {
+  Login(alice_);
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 200);
+  // The audit log names the session; revoking that id ends it, not the token.
+  auto audit = cluster_.admin().Call("GET", "/v1/admin/audit");
+  ASSERT_TRUE(audit.ok());
+  std::string session;
+  for (const json& e : (*audit)["entries"]) {
+    if (e["action"] == "session.create") session = e["target"];
+  }
+  ASSERT_EQ(session.rfind("st-", 0), 0u) << audit->dump();
+  auto revoked = cluster_.admin().Call("DELETE", "/v1/admin/tokens/" + session);
+  ASSERT_TRUE(revoked.ok()) << revoked.status().ToString();
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 401);
+  EXPECT_TRUE(cluster_.ClientFor(alice_)->Call("GET", "/v1/jobs").ok());
+  // Another kind of id is no token of a user's.
+  EXPECT_FALSE(cluster_.admin().Call("DELETE", "/v1/admin/tokens/jt-000000000000").ok());
+}
+
 TEST_F(ConsoleTest, ALoginLinkWorksOnce) {
   auto link = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "alice"}});
   ASSERT_TRUE(link.ok()) << link.status().ToString();

@@ -14,6 +14,41 @@
 namespace tide::e2e {
 namespace {
 
+// Logging in again gives no fresh allowance: a console session's requests
+// count against the token it was made from.
+TEST(RateLimitTest, SessionsShareTheAllowanceOfTheirToken) {
+  Cluster cluster;
+  cluster.StartServer({"--token-rate-limit", "5/s:5"});
+  std::string alice = cluster.NewUser("alice");
+  auto connect = [&] {
+    return std::move(api::HttpClient::Create(cluster.url(), *api::Client::TrustFromEnvironment()))
+        .value();
+  };
+  const std::string name = cluster.tls() ? "__Host-tide_session" : "tide_session";
+  std::vector<std::string> cookies;
+  for (int i = 0; i < 3; ++i) {
+    auto r = connect()->Do("POST", "/v1/session", "{\"token\":\"" + alice + "\"}",
+                           {{"Content-Type", "application/json"}});
+    ASSERT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+    std::string set = r->headers["set-cookie"];
+    ASSERT_EQ(set.rfind(name + "=", 0), 0u) << set;
+    cookies.push_back(set.substr(0, set.find(';')));
+  }
+  // 5 at once and 5 a second more, whichever session asks: with an
+  // allowance each, the three would be served at least 15 times.
+  auto start = std::chrono::steady_clock::now();
+  int ok = 0;
+  for (int i = 0; i < 45; ++i) {
+    auto r = connect()->Do("GET", "/v1/jobs", "", {{"Cookie", cookies[i % 3]}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->status == 200 || r->status == 429) << r->status << " " << r->body;
+    ok += r->status == 200;
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LE(ok, 5 + static_cast<int>(5 * seconds) + 1) << "in " << seconds << " s";
+  EXPECT_GE(ok, 5);
+}
+
 TEST(RateLimitTest, AFloodingTokenIsToldToWaitAndAnotherIsNot) {
   Cluster cluster;
   cluster.StartServer({"--token-rate-limit", "5/s:5", "--address-rate-limit", "2/s:3"});
