@@ -61,9 +61,41 @@ int RunList(OutputFormat format) {
   return kExitOk;
 }
 
+// The console sessions logged in with your tokens (st-…): `tide token
+// revoke st-…` ends one.
+int RunSessions(OutputFormat format) {
+  auto client = NewClient();
+  if (!client.ok()) return PrintError(client.status());
+  auto answer = (*client)->Call("GET", "/v1/sessions");
+  if (!answer.ok()) return PrintError(answer.status());
+  json sessions = answer->value("sessions", json::array());
+  if (format == OutputFormat::kJson) {
+    PrintJson(sessions);
+    return kExitOk;
+  }
+  int64_t now = NowMs();
+  Table table({"ID", "FROM TOKEN", "SCOPE", "LOGGED IN", "LAST USED", "ENDS"});
+  for (const auto& t : sessions) {
+    int64_t used = JsonInt(t, "last_used_at");
+    table.AddRow({JsonString(t, "id"), JsonString(t, "token"), JsonString(t, "scope"),
+                  FormatAge(now, JsonInt(t, "created_at")) + " ago",
+                  used > 0 ? FormatAge(now, used) + " ago" : "never",
+                  "in " + FormatAge(JsonInt(t, "expires_at"), now)});
+  }
+  std::cout << table.ToString();
+  if (sessions.empty()) std::cout << "No console sessions: nobody is logged in with your tokens.\n";
+  return kExitOk;
+}
+
 int RunRevoke(const std::string& which) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
+  if (which.rfind("st-", 0) == 0) {
+    auto ended = (*client)->Call("DELETE", "/v1/sessions/" + which);
+    if (!ended.ok()) return PrintError(ended.status());
+    std::cout << "Session " << which << " ended: that browser is logged out.\n";
+    return kExitOk;
+  }
   auto answer = (*client)->Call("DELETE", "/v1/tokens/" + which);
   if (!answer.ok()) return PrintError(answer.status());
   std::cout << "Token " << which << " revoked: the next request with it is refused (401).\n";
@@ -113,9 +145,18 @@ void AddTokenCommands(CLI::App& app) {
   AddOutputFlag(ls, ls_format.get());
   SetAction(ls, [ls_format] { return RunList(*ls_format); });
 
+  auto sessions_format = std::make_shared<OutputFormat>(OutputFormat::kTable);
+  CLI::App* sessions = token->add_subcommand(
+      "sessions", "List the console sessions logged in with your tokens");
+  AddOutputFlag(sessions, sessions_format.get());
+  SetAction(sessions, [sessions_format] { return RunSessions(*sessions_format); });
+
   auto revoke_which = std::make_shared<std::string>();
-  CLI::App* revoke = token->add_subcommand("revoke", "Revoke a token at once");
-  revoke->add_option("token", *revoke_which, "Its name or id (tide token ls)")->required();
+  CLI::App* revoke = token->add_subcommand(
+      "revoke", "Revoke a token at once (or end a console session: its st- id)");
+  revoke->add_option("token", *revoke_which,
+                     "Its name or id (tide token ls), or a session's id (tide token sessions)")
+      ->required();
   SetAction(revoke, [revoke_which] { return RunRevoke(*revoke_which); });
 
   auto rotate_which = std::make_shared<std::string>("main");

@@ -254,6 +254,13 @@ class Core : private JobState::Listener {
   Result<SessionInfo> RedeemLoginCode(const std::string& code, const std::string& address);
   // Ends the caller's session (a logout).
   Status EndSession(const Caller& caller);
+  // The console sessions of the caller's user (the operator's, for the
+  // admin) that still work, oldest first; `name` is the token each was
+  // made from.
+  std::vector<TokenInfo> ListSessions(const Caller& caller) const;
+  // Ends one of them by its id ("st-…"); NotFound for any other id. A user
+  // needs a full-scope credential, as for tokens.
+  Status EndSessionById(const Caller& caller, const std::string& id);
   // The user's name for a caller ("" for the operator).
   std::string UserName(const Caller& caller) const;
 

@@ -172,4 +172,27 @@ Status Core::EndSession(const Caller& caller) {
   });
 }
 
+std::vector<TokenInfo> Core::ListSessions(const Caller& caller) const {
+  ReaderLock lock(state_mu_);
+  return tokens_.List("session", &caller.subject, clock_->NowMs());
+}
+
+Status Core::EndSessionById(const Caller& caller, const std::string& id) {
+  if (caller.scope == Scope::kUser && caller.access != Access::kFull) {
+    return Status::PermissionDenied(std::string("a credential of scope ") + AccessName(caller.access) +
+                                    " cannot end sessions: use one of scope full");
+  }
+  return Run([&](store::WriteBatch& batch) {
+    state_mu_.AssertHeld();  // Run applies every command under the state lock
+    const store::TokenRow* row = tokens_.FindId("session", id);
+    if (row == nullptr || row->subject != caller.subject ||
+        (row->expires_at != 0 && row->expires_at <= clock_->NowMs())) {
+      return Status::NotFound("no session " + id);
+    }
+    tokens_.Revoke(row->hash, batch);
+    audit_.Record(batch, clock_->NowMs(), caller, "session.end", id);
+    return Status::Ok();
+  });
+}
+
 }  // namespace tide::server

@@ -83,6 +83,7 @@ TokenInfo Tokens::Info(const store::TokenRow& row) const {
     auto access = ParseAccess(row.scope, "scope");
     info.scope = AccessName(access.ok() ? *access : Access::kRead);
   }
+  if (row.kind == "session") info.scope = row.scope.empty() ? "full" : row.scope;
   std::lock_guard<std::mutex> lock(used_mu_);
   if (auto it = used_.find(row.hash); it != used_.end()) {
     info.last_used_at = std::max(info.last_used_at, it->second);

@@ -255,6 +255,7 @@ Response Api::Route(const Request& req, const Caller& caller, const Segments& se
   }
   if (Status st = ScopeAllows(caller, req.method, req.path, seg); !st.ok()) return ErrorResponse(st);
   if (resource == "tokens") return Tokens(req, caller, seg);
+  if (resource == "sessions") return Sessions(req, caller, seg);
   if (resource == "jobs") return Jobs(req, caller, seg);
   if (resource == "events" && seg.size() == 2 && req.method == "GET") return Events(req, caller);
   if (resource == "convert" && seg.size() == 2 && req.method == "POST") return Convert(req);

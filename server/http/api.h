@@ -64,6 +64,7 @@ class Api {
   Response Login(const Request& req);
   Response LoginLink(const Request& req);
   Response Session(const Request& req, const Caller& caller, const std::string& secret);
+  Response Sessions(const Request& req, const Caller& caller, const Segments& seg);
   Response Jobs(const Request& req, const Caller& caller, const Segments& seg);
   Response Tokens(const Request& req, const Caller& caller, const Segments& seg);
   Response SubmitJob(const Request& req, const Caller& caller);

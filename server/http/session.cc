@@ -141,4 +141,28 @@ Response Api::Session(const Request& req, const Caller& caller, const std::strin
   return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
 }
 
+// GET /v1/sessions: the caller's console sessions; DELETE
+// /v1/sessions/{id} ends one (a browser left logged in elsewhere).
+Response Api::Sessions(const Request& req, const Caller& caller, const Segments& seg) {
+  if (caller.scope != Scope::kUser && caller.scope != Scope::kAdmin) {
+    return ErrorResponse(Status::PermissionDenied("agents' tokens have no console sessions"));
+  }
+  if (seg.size() == 2 && req.method == "GET") {
+    json list = json::array();
+    for (const TokenInfo& t : core_->ListSessions(caller)) {
+      json j = TokenJson(t);
+      j.erase("name");
+      j["token"] = t.name;  // the token it was made from
+      j["current"] = caller.session && t.id == caller.token_id;
+      list.push_back(j);
+    }
+    return JsonResponse(200, {{"sessions", list}});
+  }
+  if (seg.size() == 3 && req.method == "DELETE") {
+    if (Status st = core_->EndSessionById(caller, seg[2]); !st.ok()) return ErrorResponse(st);
+    return JsonResponse(200, {{"ended", seg[2]}});
+  }
+  return ErrorResponse(Status::NotFound("no route " + req.method + " " + req.path));
+}
+
 }  // namespace tide::server

@@ -300,6 +300,29 @@ test('redeeming a card raises the balance', async () => {
   await finish(page);
 });
 
+test('a session left open in another browser is ended from the account page', async () => {
+  const elsewhere = await loggedIn(users.bob, 'bob');
+  const page = await loggedIn(users.bob, 'bob');
+  await page.getByTestId('nav-account').click();
+  const rows = page.getByTestId('session-row');
+  await eventually(async () => (await rows.count()) >= 2, WAIT, 'two sessions listed');
+  await page.getByTestId('sessions-table').filter({ hasText: 'this browser' }).waitFor();
+  // Oldest first: the newest of the others is the browser opened just before.
+  const id = await rows.filter({ has: page.getByTestId('end-session') }).last().getAttribute('data-session-id');
+  // By its id: once asked, the row shows the question, not the button.
+  const other = page.locator(`[data-testid="session-row"][data-session-id="${id}"]`);
+  await other.getByTestId('end-session').click();
+  await other.getByTestId('end-session-yes').click();
+  await page.locator(`[data-session-id="${id}"]`).waitFor({ state: 'detached' });
+  // The other browser is logged out at its next request.
+  await elsewhere.reload();
+  await elsewhere.getByTestId('login-token').waitFor();
+  await shot(page, 'account-sessions');
+  await accessible(page, 'account-sessions');
+  await finish(page);
+  await elsewhere.context().close();
+});
+
 test("another user's job is not found, and not listed", async () => {
   const theirs = await cluster.api(users.bob, 'POST', '/v1/jobs', { name: 'bobs-secret', command: ['true'] });
   const page = await loggedIn(users.alice, 'alice');

@@ -261,6 +261,52 @@ TEST_F(ConsoleTest, TheOperatorEndsOneSessionByItsId) {
   EXPECT_FALSE(cluster_.admin().Call("DELETE", "/v1/admin/tokens/jt-000000000000").ok());
 }
 
+TEST_F(ConsoleTest, AUserSeesTheirSessionsAndEndsOneLeftOpenElsewhere) {
+  json mine = Login(alice_);
+  const std::string jar = jar_;
+  jar_ = cluster_.dir() + "/other-browser.txt";
+  Login(alice_);
+  const std::string other_browser = WithJar();
+  jar_ = jar;
+  Http listed = Curl("GET", "/v1/sessions", WithJar());
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  json sessions = json::parse(listed.body)["sessions"];
+  ASSERT_EQ(sessions.size(), 2u) << listed.body;
+  std::string other;
+  for (const json& s : sessions) {
+    EXPECT_EQ(s["scope"], "full");
+    EXPECT_EQ(s["token"].get<std::string>().rfind("ut-", 0), 0u) << s.dump();
+    EXPECT_GT(s["expires_at"].get<int64_t>(), s["created_at"].get<int64_t>());
+    if (!s["current"].get<bool>()) other = s["id"];
+  }
+  ASSERT_EQ(other.rfind("st-", 0), 0u) << listed.body;
+  // Bob can neither see nor end alice's.
+  const std::string bob = "-H 'Authorization: Bearer " + cluster_.NewUser("bob") + "'";
+  EXPECT_EQ(json::parse(Curl("GET", "/v1/sessions", bob).body)["sessions"].size(), 0u);
+  EXPECT_EQ(Curl("DELETE", "/v1/sessions/" + other, bob).status, 404);
+  // The CLI lists them, and ends one by its id.
+  CliResult ls = cluster_.Cli({"token", "sessions"}, alice_);
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find(other), std::string::npos) << ls.out;
+  CliResult end = cluster_.Cli({"token", "revoke", other}, alice_);
+  EXPECT_EQ(end.exit_code, 0) << end.err;
+  EXPECT_NE(end.out.find("Session " + other + " ended"), std::string::npos) << end.out;
+  EXPECT_EQ(Curl("GET", "/v1/jobs", other_browser).status, 401);
+  EXPECT_EQ(Curl("GET", "/v1/jobs", WithJar()).status, 200);
+  // Ended is gone: a second end is not found, and names it.
+  CliResult again = cluster_.Cli({"token", "revoke", other}, alice_);
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("no session " + other), std::string::npos) << again.err;
+  // From the console, with its CSRF token.
+  Http listed_now = Curl("GET", "/v1/sessions", WithJar());
+  EXPECT_EQ(json::parse(listed_now.body)["sessions"].size(), 1u) << listed_now.body;
+  EXPECT_EQ(Curl("DELETE", "/v1/sessions/" + other, WithJar()).status, 403);  // no CSRF token
+  EXPECT_EQ(Curl("DELETE", "/v1/sessions/st-000000000000",
+                 WithJar() + " -H 'X-Tide-CSRF: " + mine.value("csrf", "") + "'")
+                .status,
+            404);
+}
+
 TEST_F(ConsoleTest, ALoginLinkWorksOnce) {
   auto link = cluster_.admin().Call("POST", "/v1/admin/login-links", json{{"user", "alice"}});
   ASSERT_TRUE(link.ok()) << link.status().ToString();

@@ -379,6 +379,79 @@ function Tokens() {
   );
 }
 
+// Where the user is logged in (GET /v1/sessions): each browser session,
+// the token it was made from, and ending one left open elsewhere.
+function Sessions() {
+  const { data, error, reload } = useAsync(() => get('/v1/sessions'), []);
+  const [actionError, setActionError] = useState(null);
+  const sessions = (data && data.sessions) || [];
+  const end = async (s) => {
+    setActionError(null);
+    try {
+      await del(`/v1/sessions/${encodeURIComponent(s.id)}`);
+      reload();
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+  return (
+    <section class="panel" aria-labelledby="sessions-title">
+      <h2 id="sessions-title">Sessions</h2>
+      <ErrorNote error={error} />
+      <ErrorNote error={actionError} />
+      {!data && !error && <Loading />}
+      {sessions.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="sessions-table">
+            <thead>
+              <tr>
+                <th scope="col">Session</th>
+                <th scope="col">From token</th>
+                <th scope="col">Scope</th>
+                <th scope="col">Logged in</th>
+                <th scope="col">Last used</th>
+                <th scope="col">Ends</th>
+                <th scope="col">
+                  <span class="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {sessions.map((s) => (
+                <tr key={s.id} data-testid="session-row" data-session-id={s.id}>
+                  <td class="mono">
+                    {s.id}
+                    {s.current && <span class="tag">this browser</span>}
+                  </td>
+                  <td class="mono">{s.token}</td>
+                  <td>{s.scope}</td>
+                  <td>{dateTime(s.created_at)}</td>
+                  <td>{s.last_used_at ? relative(s.last_used_at) : 'never'}</td>
+                  <td>{dateTime(s.expires_at)}</td>
+                  <td>
+                    {!s.current && (
+                      <ConfirmButton
+                        label="End"
+                        question={`Log ${s.id} out?`}
+                        yes="End it"
+                        no="Keep"
+                        onConfirm={() => end(s)}
+                        testid="end-session"
+                        small
+                      />
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      <p class="muted">A session lasts 12 hours at most, and ends with the token it was made from.</p>
+    </section>
+  );
+}
+
 export function AccountPage({ session }) {
   const account = useAsync(() => get('/v1/account'), []);
   useEffect(() => {
@@ -396,6 +469,7 @@ export function AccountPage({ session }) {
       </div>
       <Usage />
       <Tokens />
+      <Sessions />
     </>
   );
 }
