@@ -482,7 +482,8 @@ Micros Accounts::DailyCap(const std::string& user) const {
 // ------------------------------------------------------------------ views
 
 BalanceInfo Accounts::Balance(const std::string& user) const {
-  return {ledger_.Balance(ledger::UserAccount(user)), Held(user)};
+  return {ledger_.Balance(ledger::UserAccount(user)), Held(user), DailyCap(user),
+          SpentToday(user, clock_->NowMs())};
 }
 
 JobMoney Accounts::MoneyOf(const std::string& job_id) const {

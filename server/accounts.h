@@ -35,6 +35,8 @@ namespace tide::server {
 struct BalanceInfo {
   ledger::Micros available = 0;
   ledger::Micros escrow = 0;  // held for the caller's jobs that have not ended
+  ledger::Micros daily_cap = 0;    // what their jobs may spend per UTC day; 0 = no cap
+  ledger::Micros spent_today = 0;  // charged since UTC midnight
 };
 // One attempt (one rank of a multi-node attempt) as the consumer pays it.
 struct UsageLine {
@@ -138,6 +140,8 @@ class Accounts {
   ledger::Micros DailyCap(const std::string& user) const;
 
   // --- views ---
+  // What `user`'s jobs were charged since UTC midnight of `now`.
+  ledger::Micros SpentToday(const std::string& user, int64_t now) const;
   BalanceInfo Balance(const std::string& user) const;
   JobMoney MoneyOf(const std::string& job_id) const;
   // Charged to the job so far: all attempts, or only `only` (one of them).
@@ -174,8 +178,6 @@ class Accounts {
   // What the current attempt may still be charged: the escrow's balance,
   // for a trial also bounded by its attempt's cap and its own max_cost.
   ledger::Micros Spendable(const JobEntry& e) const;
-  // What `user`'s jobs were charged since UTC midnight of `now`.
-  ledger::Micros SpentToday(const std::string& user, int64_t now) const;
   void NoteSpent(const std::string& user, int64_t at, ledger::Micros amount);
   // What `user`'s live jobs and batches still hold in escrow.
   ledger::Micros Held(const std::string& user) const;

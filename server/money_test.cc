@@ -271,7 +271,12 @@ TEST_F(MoneyTest, DailyCapRefusesUpFrontAndStopsRunningWork) {
   Run(10'000, {node});
   ASSERT_TRUE(Eventually([&] { return core_->GetJob(alice, id)->cancel_requested; }));
   EXPECT_EQ(core_->GetJob(alice, id)->cancel_reason, "budget_exceeded");
+  // The account says what the day's spend is against the cap.
+  BalanceInfo b = core_->Balance(alice);
+  EXPECT_EQ(b.daily_cap, 50'000);
+  EXPECT_GE(b.spent_today, 50'000);
   ASSERT_TRUE(core_->SetDailyCap(AdminCaller(), alice.subject, 0).ok());
+  EXPECT_EQ(core_->Balance(alice).daily_cap, 0);
   EXPECT_EQ(core_->DailyCap(alice.subject), 0);
   EXPECT_NE(core_->Metrics().find("tide_credits{account=\"issued\"} 100"), std::string::npos)
       << core_->Metrics();

@@ -42,7 +42,9 @@ Response Api::Money(const Request& req, const Caller& caller, const Segments& se
     BalanceInfo b = core_->Balance(caller);
     return JsonResponse(200, {{"user", caller.subject},
                               {"available", Credits(b.available)},
-                              {"escrow", Credits(b.escrow)}});
+                              {"escrow", Credits(b.escrow)},
+                              {"daily_cap", b.daily_cap > 0 ? json(Credits(b.daily_cap)) : json(nullptr)},
+                              {"spent_today", Credits(b.spent_today)}});
   }
   if (what == "cards" && seg.size() == 3 && seg[2] == "redeem" && req.method == "POST") {
     auto body = ParseBody(req);

@@ -293,6 +293,7 @@ test('redeeming a card raises the balance', async () => {
   await page.getByTestId('redeem-code').fill(codes[0]);
   await page.getByTestId('redeem-submit').click();
   await page.getByTestId('redeem-result').waitFor();
+  await page.getByTestId('daily-cap').filter({ hasText: 'No daily cap' }).waitFor();
   await eventually(async () => Number((await balance.textContent()).replace(/[^0-9.]/g, '')) === before + 25,
     WAIT, 'the balance to rise by 25');
   await shot(page, 'account');
@@ -347,6 +348,8 @@ test('a provider sees its node and what it earned', async () => {
   const total = page.getByTestId('earnings-total');
   await total.waitFor();
   assert.ok(Number((await total.textContent()).replace(/[^0-9.]/g, '')) > 0, 'carol earned something');
+  // What her node asks: she set no price, so the exchange's list price.
+  await page.getByTestId('node-asks').filter({ hasText: "A100 1.2 (the exchange's list price)" }).waitFor();
   // Her GPU over time, and her earnings over time.
   await page.getByTestId('provider-node').filter({ hasText: 'p1' }).getByTestId('node-chart-utilization').waitFor();
   await page.getByTestId('chart-earnings').waitFor();

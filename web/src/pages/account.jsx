@@ -27,7 +27,23 @@ function Balance({ account, error }) {
             <dt>In escrow</dt>
             <dd data-testid="escrow">{credits(account.escrow)}</dd>
           </div>
+          <div>
+            <dt>Spent today (UTC)</dt>
+            <dd data-testid="spent-today">
+              {credits(account.spent_today)}
+              {account.daily_cap !== null && account.daily_cap !== undefined && (
+                <span class="muted"> of {credits(account.daily_cap)}</span>
+              )}
+            </dd>
+          </div>
         </dl>
+      )}
+      {account && (
+        <p class="muted" data-testid="daily-cap">
+          {account.daily_cap === null || account.daily_cap === undefined
+            ? 'No daily cap: your jobs may spend what your balance holds.'
+            : `Daily cap: your jobs may spend ${credits(account.daily_cap)} per UTC day; the operator sets it.`}
+        </p>
       )}
       {!account && !error && <Loading />}
     </section>

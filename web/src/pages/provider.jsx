@@ -99,7 +99,28 @@ function NodeCharts({ node }) {
   );
 }
 
-function NodeCard({ node }) {
+// What the node asks per GPU-hour for each of its models: the provider's
+// own ask (the agent's --price), or else the exchange's list price.
+function Asks({ node, prices }) {
+  const models = [...new Set((node.gpus || []).map((g) => g.model || g.name))];
+  if (!models.length) return null;
+  const list = (prices && prices.per_gpu_hour) || {};
+  return (
+    <p class="muted" data-testid="node-asks">
+      Asks per GPU-hour:{' '}
+      {models
+        .map((m) => {
+          const own = node.prices && node.prices[m];
+          if (own !== undefined) return `${m} ${credits(own / 1e6)} (my price)`;
+          if (list[m] !== undefined) return `${m} ${credits(list[m])} (the exchange's list price)`;
+          return `${m}: no price set`;
+        })
+        .join(' · ')}
+    </p>
+  );
+}
+
+function NodeCard({ node, prices }) {
   const state = nodeState(node);
   const labels = Object.entries(node.labels || {});
   return (
@@ -124,6 +145,7 @@ function NodeCard({ node }) {
         {labels.length ? ` · ${labels.map(([k, v]) => `${k}=${v}`).join(', ')}` : ''}
       </p>
       <GpuTable node={node} />
+      <Asks node={node} prices={prices} />
       <NodeCharts node={node} />
     </article>
   );
@@ -232,6 +254,7 @@ function Earnings() {
 
 export function ProviderPage({ session }) {
   const { data, error, reload } = useAsync(() => get('/v1/nodes'), []);
+  const prices = useAsync(() => get('/v1/prices'), []);
   useInterval(reload, REFRESH_MS);
   useEffect(() => {
     document.title = 'Provider · Tide';
@@ -253,7 +276,7 @@ export function ProviderPage({ session }) {
         )}
         <div class="nodes" data-testid="provider-nodes">
           {nodes.map((n) => (
-            <NodeCard key={n.id} node={n} />
+            <NodeCard key={n.id} node={n} prices={prices.data} />
           ))}
         </div>
         {data && nodes.length > 0 && (
