@@ -382,7 +382,8 @@ int RunUserList(OutputFormat format) {
   const double half_life_h = static_cast<double>((*answer).value("half_life_s", int64_t{0})) / 3600;
   std::cout << "Usage decays with a half-life of "
             << (half_life_h >= 48 ? fixed(half_life_h / 24, 1) + " days" : fixed(half_life_h, 1) + " hours")
-            << "; NEXT is the order in which users with queued work are served.\n";
+            << "; NEXT orders users with queued work by score, as the scheduler does between "
+               "jobs of equal tier and service level.\n";
   return kExitOk;
 }
 

@@ -90,7 +90,11 @@ int RunSessions(OutputFormat format) {
 int RunRevoke(const std::string& which) {
   auto client = NewClient();
   if (!client.ok()) return PrintError(client.status());
-  if (which.rfind("st-", 0) == 0) {
+  // A session's id: "st-" and 12 hex digits (a token's name is looked up
+  // as a token).
+  const bool session = which.size() == 15 && which.rfind("st-", 0) == 0 &&
+                       which.find_first_not_of("0123456789abcdef", 3) == std::string::npos;
+  if (session) {
     auto ended = (*client)->Call("DELETE", "/v1/sessions/" + which);
     if (!ended.ok()) return PrintError(ended.status());
     std::cout << "Session " << which << " ended: that browser is logged out.\n";

@@ -157,8 +157,11 @@ struct UserStanding {
   int running_gpus = 0;
   int queued_jobs = 0;
   int queued_gpus = 0;
-  double score = 0;  // sched::FairShareScore: the lowest is served first
-  int rank = 0;      // 1 = served next among users with queued work; 0 = none queued
+  double score = 0;  // sched::FairShareScore
+  // Among users with queued work, by score (1 = lowest): the order in which
+  // they are served between jobs of equal tier and service level. 0 with
+  // nothing queued, or under a policy without fair share (fifo).
+  int rank = 0;
   ledger::Micros available = 0;
   ledger::Micros escrow = 0;
   ledger::Micros daily_cap = 0;  // 0 = none

@@ -515,7 +515,7 @@ Result<api::NodeTelemetry> Core::NodeTelemetry(const Caller& caller,
   ReaderLock lock(state_mu_);
   for (const auto& [id, n] : jobs_.nodes()) {
     if (id != id_or_name && n.node.name != id_or_name) continue;
-    if (caller.scope != Scope::kAdmin && n.node.owner != caller.subject) break;
+    if (caller.scope != Scope::kAdmin && n.node.owner != caller.subject) continue;
     return telemetry_.NodeView(n.node, clock_->NowMs(), series);
   }
   return Status::NotFound("no node " + id_or_name);
@@ -915,6 +915,7 @@ UserStandings Core::Users() const {
     }
   }
   for (const auto& [order, id] : jobs_.queued()) {
+    if (batches_.Held(id)) continue;  // a trial its batch holds back: not the scheduler's yet
     const Job& job = jobs_.At(id).job;
     auto u = by_id.find(job.owner);
     if (u == by_id.end()) continue;
@@ -935,7 +936,11 @@ UserStandings Core::Users() const {
   }
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const UserStanding* a, const UserStanding* b) { return a->score < b->score; });
-  for (size_t i = 0; i < waiting.size(); ++i) waiting[i]->rank = static_cast<int>(i) + 1;
+  // Only the fair and tide policies weigh users against each other.
+  const sched::Policy policy = planner_.config().policy;
+  if (policy == sched::Policy::kFair || policy == sched::Policy::kTide) {
+    for (size_t i = 0; i < waiting.size(); ++i) waiting[i]->rank = static_cast<int>(i) + 1;
+  }
   for (auto& [id, u] : by_id) out.users.push_back(std::move(u));
   std::sort(out.users.begin(), out.users.end(),
             [](const UserStanding& a, const UserStanding& b) { return a.user.name < b.user.name; });

@@ -260,7 +260,8 @@ Response Api::Logs(const Request& req, const Caller& caller, const std::string& 
 // `telemetry`, is the whole answer (`first`); then each heartbeat that
 // brings the job a reading sends `reading`, the answer without its series
 // (each GPU's newest reading in `now`, and the averages), which a client
-// appends to what it holds. When the job's GPUs change (a new attempt),
+// appends to what it holds. When the job's GPUs change, or a new attempt's
+// first reading replaces the history of the one before on the same GPUs,
 // `telemetry` again. When the job ends: the last `reading`, then `end`.
 Response Api::TelemetryStream(const Caller& caller, const api::JobTelemetry& first) {
   Response r;
@@ -275,8 +276,17 @@ Response Api::TelemetryStream(const Caller& caller, const api::JobTelemetry& fir
       for (const auto& g : t.gpus) keys.emplace_back(g.node_id, g.index, g.rank);
       return keys;
     };
+    // A GPU's count of readings is of the current attempt: it falls when a
+    // new attempt's first reading starts its history again.
+    auto restarted = [](const api::JobTelemetry& before, const api::JobTelemetry& now) {
+      for (size_t i = 0; i < now.gpus.size() && i < before.gpus.size(); ++i) {
+        if (now.gpus[i].readings < before.gpus[i].readings) return true;
+      }
+      return false;
+    };
     if (!write("retry: 2000\n" + event("telemetry", first))) return;
     auto gpus = gpus_of(first);
+    api::JobTelemetry last = first;
     int64_t last_at = first.last_at;
     int64_t last_write = clock_->MonotonicMs();
     while (true) {
@@ -288,7 +298,7 @@ Response Api::TelemetryStream(const Caller& caller, const api::JobTelemetry& fir
       auto t = core_->JobTelemetry(caller, first.job_id, /*series=*/false);
       if (!t.ok()) return;
       std::string out;
-      if (gpus_of(*t) != gpus) {
+      if (gpus_of(*t) != gpus || restarted(last, *t)) {
         t = core_->JobTelemetry(caller, first.job_id, /*series=*/true);
         if (!t.ok()) return;
         out = event("telemetry", *t);
@@ -297,6 +307,7 @@ Response Api::TelemetryStream(const Caller& caller, const api::JobTelemetry& fir
         out = event("reading", *t);
       }
       last_at = t->last_at;
+      last = *t;
       if (ended) out += "event: end\ndata: {}\n\n";
       if (!out.empty()) {
         if (!write(out)) return;

@@ -21,8 +21,11 @@ export function useAsync(load, deps) {
   useEffect(() => {
     run();
   }, [run]);
+  // Data set here is newer than any read still under way: that read's
+  // answer is dropped.
   const setData = useCallback((f) => {
-    setState((s) => ({ ...s, data: typeof f === 'function' ? f(s.data) : f }));
+    seq.current++;
+    setState((s) => ({ ...s, loading: false, data: typeof f === 'function' ? f(s.data) : f }));
   }, []);
   return { ...state, reload: run, setData };
 }

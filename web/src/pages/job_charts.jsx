@@ -1,7 +1,7 @@
 // A job's GPU telemetry (GET /v1/jobs/{id}/telemetry, followed as
 // server-sent events while the job runs) and its own metrics (GET
 // /v1/jobs/{id}/metrics, refreshed while it runs) as charts.
-import { useEffect, useMemo, useRef } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { get } from '../api.js';
 import { TimeChart, XYChart } from '../charts.jsx';
 import { percent } from '../format.js';
@@ -63,12 +63,14 @@ export function telemetrySeries(t) {
 
 const isRunning = (job) => job.status === 'running' || job.status === 'starting';
 
-// Newest readings kept per GPU at full rate, as the server keeps them.
-const MAX_RECENT = 600;
+// Newest readings kept per GPU at full rate, as the server keeps a job's
+// (server/telemetry.h); a node keeps 300.
+const MAX_RECENT = 150;
+const STREAM_RETRY_MS = 30000;
 
 // `t` with a `reading` event folded in: each GPU's newest reading appended
 // to its recent ones, its averages and the job's replaced.
-export function withReading(t, brief) {
+export function withReading(t, brief, maxRecent = MAX_RECENT) {
   if (!t) return t;
   const key = (g) => `${g.node_id}/${g.index}/${g.rank}`;
   const byKey = new Map(brief.gpus.map((g) => [key(g), g]));
@@ -77,7 +79,7 @@ export function withReading(t, brief) {
     if (!b) return g;
     const recent = g.recent || [];
     const last = recent.length ? recent[recent.length - 1].at : 0;
-    const grown = b.now && b.now.at > last ? [...recent, b.now].slice(-MAX_RECENT) : recent;
+    const grown = b.now && b.now.at > last ? [...recent, b.now].slice(-maxRecent) : recent;
     return { ...g, now: b.now, average: b.average, recent: grown };
   });
   return { ...t, ...brief, gpus };
@@ -85,15 +87,19 @@ export function withReading(t, brief) {
 
 // A job's telemetry: read once, and while `live`, followed (`telemetry`
 // replaces it, `reading` adds to it). Without EventSource, or while the
-// stream is down, read again every TELEMETRY_MS.
+// stream is down (a refused or failed stream is tried again every 30 s),
+// read again every TELEMETRY_MS.
 function useJobTelemetry(id, live) {
   const path = `/v1/jobs/${encodeURIComponent(id)}/telemetry`;
   const state = useAsync(() => get(path), [id]);
   const { setData, reload } = state;
-  const streaming = live && typeof EventSource !== 'undefined';
+  const hasStream = typeof EventSource !== 'undefined';
+  const [down, setDown] = useState(!hasStream);
+  const [tries, setTries] = useState(0);
   useEffect(() => {
-    if (!streaming) return undefined;
+    if (!live || !hasStream) return undefined;
     const es = new EventSource(`${path}?follow=true`);
+    let retry = null;
     const parse = (e) => {
       try {
         return JSON.parse(e.data);
@@ -101,6 +107,7 @@ function useJobTelemetry(id, live) {
         return null;
       }
     };
+    es.addEventListener('open', () => setDown(false));
     es.addEventListener('telemetry', (e) => {
       const t = parse(e);
       if (t) setData(t);
@@ -111,11 +118,16 @@ function useJobTelemetry(id, live) {
     });
     es.addEventListener('end', () => es.close());
     es.addEventListener('error', () => {
-      if (es.readyState === EventSource.CLOSED) reload();
+      if (es.readyState !== EventSource.CLOSED) return; // the browser reconnects
+      setDown(true);
+      retry = setTimeout(() => setTries((n) => n + 1), STREAM_RETRY_MS);
     });
-    return () => es.close();
-  }, [path, streaming]);
-  useInterval(reload, TELEMETRY_MS, live && !streaming);
+    return () => {
+      clearTimeout(retry);
+      es.close();
+    };
+  }, [path, live, tries]);
+  useInterval(reload, TELEMETRY_MS, live && down);
   // The job ended: read the last of it once.
   const was = useRef(live);
   useEffect(() => {

@@ -8,9 +8,10 @@ import { get } from '../api.js';
 import { TimeChart } from '../charts.jsx';
 import { credits, gpuMemory, percent, relative, shortDuration } from '../format.js';
 import { ErrorNote, Loading, useAsync, useInterval } from '../ui.jsx';
-import { telemetrySeries } from './job_charts.jsx';
+import { telemetrySeries, withReading } from './job_charts.jsx';
 
 const REFRESH_MS = 5000;
+const NODE_RECENT = 300; // readings a node keeps at full rate (server/telemetry.h)
 
 function nodeState(n) {
   if (n.state !== 'ready') return n.state;
@@ -61,13 +62,20 @@ export function GpuTable({ node }) {
   );
 }
 
-// Every GPU of the node over time, one line each.
+// Every GPU of the node over time, one line each: the whole history once,
+// then each refresh only the newest readings (series=false), added to it.
 function NodeCharts({ node }) {
-  const { data, error, reload } = useAsync(
-    () => get(`/v1/nodes/${encodeURIComponent(node.id)}/telemetry`),
-    [node.id],
-  );
-  useInterval(reload, REFRESH_MS, node.state === 'ready');
+  const path = `/v1/nodes/${encodeURIComponent(node.id)}/telemetry`;
+  const { data, error, setData } = useAsync(() => get(path), [node.id]);
+  const refresh = async () => {
+    try {
+      const brief = await get(`${path}?series=false`);
+      setData((t) => withReading(t, brief, NODE_RECENT));
+    } catch {
+      // The next refresh tries again; the charts keep what they have.
+    }
+  };
+  useInterval(refresh, REFRESH_MS, node.state === 'ready' && !!data);
   const series = useMemo(() => telemetrySeries(data), [data]);
   if (error) return <ErrorNote error={error} />;
   if (!series.times.length) return null;
