@@ -451,6 +451,40 @@ TEST_F(ConsoleTest, AJobsTelemetryIsPushedWithEachHeartbeatUntilItEnds) {
   EXPECT_EQ(Curl("GET", "/v1/jobs/" + id + "/telemetry?follow=true", bob).status, 404);
 }
 
+// A retry on the same GPUs starts their history again: the stream sends
+// the whole series anew rather than readings a client would add to the
+// first attempt's.
+TEST_F(ConsoleTest, ARetryOnTheSameGpusStartsTheTelemetrySeriesAgain) {
+  auto alice = cluster_.ClientFor(alice_);
+  std::string id = SubmitOk(*alice, {{"command", {"sh", "-c", "sleep 3; [ \"$TIDE_ATTEMPT\" = 2 ] || exit 3; sleep 3"}},
+                                     {"retry_times", 1},
+                                     {"resources", {{"gpu_count", 2}}}});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    auto j = alice->Call("GET", "/v1/jobs/" + id);
+    return j.ok() && (*j)["status"] == "running";
+  }));
+  std::string events = Shell(cluster_.curl() + " -N --max-time 90 -H 'Authorization: Bearer " + alice_ +
+                             "' '" + cluster_.url() + "/v1/jobs/" + id + "/telemetry?follow=true'");
+  auto job = WaitTerminal(*alice, id);
+  ASSERT_EQ(api::JobStatusName(job.status), std::string("completed"))
+      << api::ToJson(job).dump() << "\n" << events;
+  ASSERT_EQ(job.attempt, 2);
+  size_t whole = 0;
+  std::string last;
+  for (size_t at = events.find("event: telemetry\ndata: "); at != std::string::npos;
+       at = events.find("event: telemetry\ndata: ", at + 1)) {
+    ++whole;
+    size_t from = at + 23;
+    last = events.substr(from, events.find('\n', from) - from);
+  }
+  EXPECT_GE(whole, 2u) << events;
+  json t = json::parse(last, nullptr, false);
+  ASSERT_TRUE(t.is_object()) << last;
+  EXPECT_EQ(t["attempt"], 2) << last;
+  EXPECT_NE(events.find("event: end"), std::string::npos) << events;
+}
+
 TEST_F(ConsoleTest, TheOperatorSeesUsersStandingsAndEachNodesTelemetry) {
   auto alice = cluster_.ClientFor(alice_);
   auto weight = cluster_.admin().Call("PUT", "/v1/admin/users/alice/weight", json{{"weight", 2}});
