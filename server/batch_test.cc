@@ -137,6 +137,18 @@ TEST_F(ExperimentTest, MaxConcurrentIsNeverExceeded) {
   EXPECT_EQ(trials[0].trial, "t0");
   EXPECT_EQ(trials[5].params.at("x"), "5");
   EXPECT_EQ(trials[0].spec.command[2], "run 0");
+  // The trials the batch holds back are not the scheduler's yet: the
+  // operator's standings count only the two it lets go.
+  ASSERT_TRUE(Eventually([&] {
+    int placed = 0;
+    for (const auto& t : TrialsOf(alice, batch)) placed += t.status == JobStatus::kStarting;
+    return placed == 2;
+  }));
+  UserStandings st = core_->Users();
+  ASSERT_EQ(st.users.size(), 1u);
+  EXPECT_EQ(st.users[0].queued_jobs, 0);
+  EXPECT_EQ(st.users[0].rank, 0);
+  EXPECT_EQ(st.users[0].running_jobs, 2);
   int finished = 0;
   while (finished < 6) {
     auto now = TrialsOf(alice, batch);

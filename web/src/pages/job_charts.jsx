@@ -61,6 +61,39 @@ export function telemetrySeries(t) {
   return { times, util: make('util'), mem: make('mem', 1024), temp: make('temp') };
 }
 
+// Utilisation, memory and temperature of GPUs over time (telemetrySeries),
+// a line per GPU. `title` prefixes each chart's label ("node-1: …") and
+// `testid` each chart's test id.
+export function GpuCharts({ series, title = '', testid = 'chart', ...rest }) {
+  const label = (what) => (title ? `${title}: ${what}` : what.charAt(0).toUpperCase() + what.slice(1));
+  return (
+    <div class="charts" {...rest}>
+      <TimeChart
+        label={label('utilisation (%)')}
+        times={series.times}
+        series={series.util}
+        unit="%"
+        yRange={[0, 100]}
+        testid={`${testid}-utilization`}
+      />
+      <TimeChart
+        label={label('memory used (GiB)')}
+        times={series.times}
+        series={series.mem}
+        unit="GiB"
+        testid={`${testid}-memory`}
+      />
+      <TimeChart
+        label={label('temperature (°C)')}
+        times={series.times}
+        series={series.temp}
+        unit="°C"
+        testid={`${testid}-temperature`}
+      />
+    </div>
+  );
+}
+
 const isRunning = (job) => job.status === 'running' || job.status === 'starting';
 
 // Newest readings kept per GPU at full rate, as the server keeps a job's
@@ -204,30 +237,7 @@ export function TelemetryPanel({ job }) {
               </tbody>
             </table>
           </div>
-          <div class="charts">
-            <TimeChart
-              label="Utilisation (%)"
-              times={series.times}
-              series={series.util}
-              unit="%"
-              yRange={[0, 100]}
-              testid="chart-utilization"
-            />
-            <TimeChart
-              label="Memory used (GiB)"
-              times={series.times}
-              series={series.mem}
-              unit="GiB"
-              testid="chart-memory"
-            />
-            <TimeChart
-              label="Temperature (°C)"
-              times={series.times}
-              series={series.temp}
-              unit="°C"
-              testid="chart-temperature"
-            />
-          </div>
+          <GpuCharts series={series} />
         </>
       )}
     </section>

@@ -8,7 +8,7 @@ import { get } from '../api.js';
 import { TimeChart } from '../charts.jsx';
 import { credits, gpuMemory, percent, relative, shortDuration } from '../format.js';
 import { ErrorNote, Loading, useAsync, useInterval } from '../ui.jsx';
-import { telemetrySeries, withReading } from './job_charts.jsx';
+import { GpuCharts, telemetrySeries, withReading } from './job_charts.jsx';
 
 const REFRESH_MS = 5000;
 const NODE_RECENT = 300; // readings a node keeps at full rate (server/telemetry.h)
@@ -79,32 +79,7 @@ function NodeCharts({ node }) {
   const series = useMemo(() => telemetrySeries(data), [data]);
   if (error) return <ErrorNote error={error} />;
   if (!series.times.length) return null;
-  return (
-    <div class="charts" data-testid="node-charts">
-      <TimeChart
-        label={`${node.name}: utilisation (%)`}
-        times={series.times}
-        series={series.util}
-        unit="%"
-        yRange={[0, 100]}
-        testid="node-chart-utilization"
-      />
-      <TimeChart
-        label={`${node.name}: memory used (GiB)`}
-        times={series.times}
-        series={series.mem}
-        unit="GiB"
-        testid="node-chart-memory"
-      />
-      <TimeChart
-        label={`${node.name}: temperature (°C)`}
-        times={series.times}
-        series={series.temp}
-        unit="°C"
-        testid="node-chart-temperature"
-      />
-    </div>
-  );
+  return <GpuCharts series={series} title={node.name} testid="node-chart" data-testid="node-charts" />;
 }
 
 // What the node asks per GPU-hour for each of its models: the provider's
