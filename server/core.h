@@ -159,8 +159,8 @@ struct UserStanding {
   int queued_gpus = 0;
   double score = 0;  // sched::FairShareScore
   // Among users with queued work, by score (1 = lowest): the order in which
-  // they are served between jobs of equal tier and service level. 0 with
-  // nothing queued, or under a policy without fair share (fifo).
+  // they are served between jobs of equal tier and service level (the
+  // server schedules with the tide policy). 0 with nothing queued.
   int rank = 0;
   ledger::Micros available = 0;
   ledger::Micros escrow = 0;

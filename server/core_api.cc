@@ -936,11 +936,7 @@ UserStandings Core::Users() const {
   }
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const UserStanding* a, const UserStanding* b) { return a->score < b->score; });
-  // Only the fair and tide policies weigh users against each other.
-  const sched::Policy policy = planner_.config().policy;
-  if (policy == sched::Policy::kFair || policy == sched::Policy::kTide) {
-    for (size_t i = 0; i < waiting.size(); ++i) waiting[i]->rank = static_cast<int>(i) + 1;
-  }
+  for (size_t i = 0; i < waiting.size(); ++i) waiting[i]->rank = static_cast<int>(i) + 1;
   for (auto& [id, u] : by_id) out.users.push_back(std::move(u));
   std::sort(out.users.begin(), out.users.end(),
             [](const UserStanding& a, const UserStanding& b) { return a.user.name < b.user.name; });

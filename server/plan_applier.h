@@ -83,7 +83,6 @@ class PlanApplier {
 
   // --- fair share ---
   sched::FairShare& fair() { return fair_; }
-  const sched::SchedulerConfig& config() const { return config_; }
   const sched::FairShare& fair() const { return fair_; }
   void SetWeight(const std::string& user, double weight);
   double Weight(const std::string& user) const;
