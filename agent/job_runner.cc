@@ -272,14 +272,15 @@ void JobRunner::LogLine(const std::string& text) {
   if (WriteAll(state_.log_fd, line.data(), line.size()).ok()) state_.log_written += line.size();
 }
 
-// Reads what the job wrote (up to `timeout_ms` for the first byte) into the
-// log file. Returns false at EOF: every writer is gone.
-static bool PumpOnce(int fd, int log_fd, int timeout_ms, std::atomic<int64_t>* written,
+// Reads what the job wrote (up to `timeout_ms` for the first byte, or until
+// `exit_fd`, when not -1, says the main process exited) into the log file.
+// Returns false at EOF: every writer is gone.
+static bool PumpOnce(int fd, int exit_fd, int log_fd, int timeout_ms, std::atomic<int64_t>* written,
                      int64_t* unsignalled) {
   if (fd < 0) return false;
-  pollfd p{fd, POLLIN, 0};
-  int r = ::poll(&p, 1, timeout_ms);
-  if (r <= 0) return true;
+  pollfd p[2] = {{fd, POLLIN, 0}, {exit_fd, POLLIN, 0}};
+  int r = ::poll(p, exit_fd >= 0 ? 2 : 1, timeout_ms);
+  if (r <= 0 || p[0].revents == 0) return true;
   char buf[64 << 10];
   for (int i = 0; i < 16; ++i) {  // at most 1 MiB per call
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -317,7 +318,8 @@ void JobRunner::RunProcess(Process* process, int64_t start) {
 
   int64_t unsignalled = 0;
   for (;;) {
-    bool open = PumpOnce(process->output_fd(), state_.log_fd, 100, &state_.log_written, &unsignalled);
+    bool open = PumpOnce(process->output_fd(), process->exit_fd(), state_.log_fd, 100,
+                         &state_.log_written, &unsignalled);
     if (unsignalled >= kShipThresholdBytes) {
       unsignalled = 0;
       std::lock_guard<std::mutex> lock(state_.mu);
@@ -326,7 +328,12 @@ void JobRunner::RunProcess(Process* process, int64_t start) {
     }
     if (!open) {
       // EOF on the pipe: all writers closed it, but the main process may live on.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (int exit_fd = process->exit_fd(); exit_fd >= 0) {
+        pollfd p{exit_fd, POLLIN, 0};
+        ::poll(&p, 1, 100);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
     exit = process->Poll();
     if (exit) break;
@@ -370,7 +377,7 @@ void JobRunner::RunProcess(Process* process, int64_t start) {
     spdlog::error("job {}: {}", job_.id, kill_error);
   }
   int64_t drain_until = deps_.clock->MonotonicMs() + kDrainTimeoutMs;
-  while (PumpOnce(process->output_fd(), state_.log_fd, 50, &state_.log_written, &unsignalled) &&
+  while (PumpOnce(process->output_fd(), -1, state_.log_fd, 50, &state_.log_written, &unsignalled) &&
          deps_.clock->MonotonicMs() < drain_until) {
   }
   if (!exit) exit = process->Poll();

@@ -434,6 +434,21 @@ Status JobCgroup::Add(pid_t pid) {
   return Status::Ok();
 }
 
+Result<std::vector<int>> JobCgroup::OpenProcs() const {
+  std::vector<int> fds;
+  for (const std::string& dir : dirs()) {
+    const std::string path = dir + "/cgroup.procs";
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      int e = errno;
+      for (int f : fds) ::close(f);
+      return Status::Internal("open " + path + ": " + std::strerror(e));
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
 std::vector<pid_t> JobCgroup::Pids() const {
   // Every hierarchy holds the same processes; the v2 tree is the truth when
   // there is one.

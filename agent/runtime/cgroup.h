@@ -71,6 +71,10 @@ class JobCgroup {
 
   // Moves `pid` (and so its future children) into the job's cgroups.
   Status Add(pid_t pid);
+  // cgroup.procs of each of the job's cgroups, open for writing (O_CLOEXEC;
+  // the caller closes them): a process that writes "0" to every one moves
+  // itself in, as a new job process does before it execs.
+  Result<std::vector<int>> OpenProcs() const;
   std::vector<pid_t> Pids() const;
   // Kills every process in the job's cgroup until none is left: with
   // cgroup.kill where the kernel has it, else freezes the cgroup (v1

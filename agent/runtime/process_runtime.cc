@@ -1,8 +1,12 @@
 #include "agent/runtime/process_runtime.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <grp.h>
@@ -112,18 +116,120 @@ namespace {
 
 // What a failing child tells its parent through the status pipe.
 struct ChildError {
-  int stage;  // 0 chdir, 1 exec, 2 setup
+  int stage;  // 0 chdir, 1 exec, 2 setup, 3 joining the job's cgroup
   int err;
 };
+
+// Everything a new job process does between the clone and its exec, as
+// plain data: the child runs in the agent's memory (CLONE_VM) while the
+// thread that started it waits, so it may not allocate, lock or call what
+// libc coordinates across threads (its set*id wrappers signal every thread
+// of the agent); it makes system calls only.
+struct ChildPlan {
+  const char* path = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+  const char* work_dir = nullptr;
+  bool switch_uid = false, switch_gid = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool reset_oom_score = false;
+  const int* inherit = nullptr;
+  size_t inherit_count = 0;
+  const int* cgroup_procs = nullptr;  // written "0" each: moves the child in
+  size_t cgroup_procs_count = 0;
+  int out_fd = -1, dev_null = -1, status_fd = -1;
+  pid_t parent = 0;
+};
+
+[[noreturn]] void ChildFail(const ChildPlan& plan, int stage) {
+  ChildError ce{stage, errno};
+  ssize_t ignored = ::write(plan.status_fd, &ce, sizeof ce);
+  (void)ignored;
+  ::_exit(127);
+}
+
+int ChildMain(void* arg) {
+  const ChildPlan& plan = *static_cast<const ChildPlan*>(arg);
+  // Handlers first (this child has its own table, copied from the agent's),
+  // then the signals the parent blocked for the clone.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  for (size_t i = 0; i < plan.cgroup_procs_count; ++i) {
+    if (::write(plan.cgroup_procs[i], "0", 1) != 1) ChildFail(plan, 3);
+  }
+  if (::setsid() < 0) ChildFail(plan, 2);
+  if (plan.switch_uid) {
+    const rlimit no_core{0, 0};
+    if (::setrlimit(RLIMIT_CORE, &no_core) != 0) ChildFail(plan, 2);
+  }
+  if (plan.reset_oom_score) {
+    int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "0", 1) != 1) ChildFail(plan, 2);
+    ::close(fd);
+  }
+  if (plan.switch_gid && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                          ::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0)) {
+    ChildFail(plan, 2);
+  }
+  if (plan.switch_uid && ::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) {
+    ChildFail(plan, 2);
+  }
+  // After the uid change, which clears it.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) ChildFail(plan, 2);
+  if (::getppid() != plan.parent) ::_exit(127);  // the agent already died
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (plan.dev_null >= 0 && ::dup2(plan.dev_null, 0) < 0) ChildFail(plan, 2);
+  if (::dup2(plan.out_fd, 1) < 0 || ::dup2(plan.out_fd, 2) < 0) ChildFail(plan, 2);
+  if (::chdir(plan.work_dir) != 0) ChildFail(plan, 0);
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  for (size_t i = 0; i < plan.inherit_count; ++i) {
+    if (::fcntl(plan.inherit[i], F_SETFD, 0) != 0) ChildFail(plan, 2);
+  }
+  ::execve(plan.path, plan.argv, plan.envp);
+  ChildFail(plan, 1);
+}
+
+// Starts ChildMain(plan) as a new process sharing no page tables with the
+// agent: clone(CLONE_VM | CLONE_VFORK) suspends only the calling thread
+// until the child execs or exits, and copies nothing, where a fork of the
+// agent would copy its page tables and every thread would then fault on its
+// own memory. Returns the pid, or -1 with errno.
+pid_t SpawnChild(const ChildPlan& plan) {
+  constexpr size_t kStack = 64 << 10;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  // No handler of the agent may run in the child before it has reset them.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                      const_cast<ChildPlan*>(&plan));
+  int e = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::munmap(stack, kStack);
+  errno = e;
+  return pid;
+}
 
 void ReapOrphansOf(ProcessRuntime::Shared* shared);
 
 class ProcessImpl final : public Process {
  public:
+  // `own_uid`: the job runs as a uid other than the agent's, so it cannot
+  // leave its cgroup.
   ProcessImpl(pid_t pid, int out_fd, std::vector<std::string> tag,
-              std::shared_ptr<ProcessRuntime::Shared> shared, std::unique_ptr<JobCgroup> cgroup)
+              std::shared_ptr<ProcessRuntime::Shared> shared, std::unique_ptr<JobCgroup> cgroup,
+              bool own_uid)
       : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)),
-        cgroup_(std::move(cgroup)) {}
+        cgroup_(std::move(cgroup)), own_uid_(own_uid),
+        exit_fd_(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))) {}
 
   ~ProcessImpl() override {
     if (!reaped_) {
@@ -131,10 +237,13 @@ class ProcessImpl final : public Process {
       if (!st.ok()) spdlog::warn("job process {}: {}", pid_, st.ToString());
     }
     if (out_fd_ >= 0) ::close(out_fd_);
+    if (exit_fd_ >= 0) ::close(exit_fd_);
   }
 
   int pid() const override { return pid_; }
   int output_fd() const override { return out_fd_; }
+  int exit_fd() const override { return reaped_ ? -1 : exit_fd_; }
+  bool Contained() const override { return contained_; }
 
   std::optional<ExitStatus> Poll() override {
     MaybeReapOrphans();
@@ -156,9 +265,16 @@ class ProcessImpl final : public Process {
     int64_t step = 2;
     for (;;) {
       if (auto e = Poll()) return e;
-      if (MonoMs() >= deadline) return std::nullopt;
-      SleepMs(step);
-      step = std::min<int64_t>(step * 2, 50);
+      const int64_t left = deadline - MonoMs();
+      if (left <= 0) return std::nullopt;
+      if (exit_fd_ >= 0) {
+        // Readable when the process exits; woken each second to reap orphans.
+        pollfd p{exit_fd_, POLLIN, 0};
+        ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+      } else {
+        SleepMs(std::min(step, left));
+        step = std::min<int64_t>(step * 2, 50);
+      }
     }
   }
 
@@ -173,6 +289,7 @@ class ProcessImpl final : public Process {
 
   Status KillTree() override {
     if (reaped_) return Status::Ok();
+    if (cgroup_ && own_uid_ && KillContained()) return Status::Ok();
     // Everything we have SIGKILLed, by identity. A process that is half-way
     // through exiting no longer shows its environ (so the tag no longer
     // finds it) and a zombie that left the session is found by nothing, so
@@ -240,7 +357,35 @@ class ProcessImpl final : public Process {
       SleepMs(step);
       step = std::min<int64_t>(step * 2, 20);
     }
-    // The tree is gone; now the main process may be reaped.
+    return ReapLeader(deadline);
+  }
+
+ private:
+  // The cgroup holds every process of a job that runs as a uid of its own:
+  // such a job cannot move itself out (the cgroups are root's), however it
+  // left its session and process group. Once cgroup.kill has emptied it,
+  // nothing of the job runs, and no scan of /proc is needed. Those of its
+  // processes that were reparented to the agent are reaped. False when the
+  // cgroup would not empty: the caller then hunts the tree through /proc.
+  bool KillContained() {
+    std::vector<pid_t> members = cgroup_->Pids();
+    Status st = cgroup_->Kill();
+    if (!st.ok()) {
+      spdlog::warn("job process {}: {}", pid_, st.ToString());
+      return false;
+    }
+    for (pid_t member : members) {
+      if (member != pid_) ::waitpid(member, nullptr, WNOHANG);
+    }
+    // Zombies of the job that left the cgroup before it was read.
+    ReapOrphansOf(shared_.get());
+    if (!ReapLeader(MonoMs() + 10'000).ok()) return false;
+    contained_ = true;
+    return true;
+  }
+
+  // The tree is gone; now the main process may be reaped.
+  Status ReapLeader(int64_t deadline) {
     int status = 0;
     for (;;) {
       pid_t r = ::waitpid(pid_, &status, WNOHANG);
@@ -265,7 +410,6 @@ class ProcessImpl final : public Process {
     return Status::Ok();
   }
 
- private:
   static ExitStatus FromSiginfo(const siginfo_t& si) {
     ExitStatus e;
     if (si.si_code == CLD_EXITED) {
@@ -308,6 +452,9 @@ class ProcessImpl final : public Process {
   std::optional<ExitStatus> exit_;
   bool reaped_ = false;
   std::unique_ptr<JobCgroup> cgroup_;
+  bool own_uid_ = false;
+  bool contained_ = false;  // KillTree() emptied the job's cgroup
+  int exit_fd_;             // pidfd of the main process; -1 without pidfds
 };
 
 void ReapOrphansOf(ProcessRuntime::Shared* shared) {
@@ -364,8 +511,8 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   Result<std::string> program = ResolveProgram(spec.argv[0], env["PATH"], spec.work_dir);
   if (!program.ok()) return program.status();
 
-  // Everything the child needs is built before fork: after fork only
-  // async-signal-safe calls are allowed (other threads may hold malloc locks).
+  // Everything the child needs is built before the clone: the child shares
+  // this process's memory until it execs, so it only makes system calls.
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
@@ -375,144 +522,82 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   std::vector<char*> argv;
   for (std::string& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
-  const char* work_dir = spec.work_dir.c_str();
-  const char* path = program->c_str();
-  const auto uid = static_cast<uid_t>(spec.uid);
-  const auto gid = static_cast<gid_t>(spec.gid);
-  const bool switch_uid = spec.uid >= 0;
-  const bool switch_gid = spec.gid >= 0;
-  const std::vector<int>& inherit = spec.inherit_fds;
+
+  ChildPlan plan;
+  plan.path = program->c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.work_dir = spec.work_dir.c_str();
+  plan.switch_uid = spec.uid >= 0;
+  plan.switch_gid = spec.gid >= 0;
+  plan.uid = static_cast<uid_t>(spec.uid);
+  plan.gid = static_cast<gid_t>(spec.gid);
+  plan.inherit = spec.inherit_fds.data();
+  plan.inherit_count = spec.inherit_fds.size();
+  // A job's uid: no core dumps to the host's handler, and no share of the
+  // agent's protection from the OOM killer.
+  plan.reset_oom_score = plan.switch_uid && OwnOomScoreAdj() < 0;
 
   int out_read = -1;
-  int out_write = spec.output_fd;
-  if (out_write < 0) {
+  plan.out_fd = spec.output_fd;
+  if (plan.out_fd < 0) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Internal("pipe: " + Errno(errno));
     out_read = fds[0];
-    out_write = fds[1];
+    plan.out_fd = fds[1];
   }
+  auto close_output = [&] {
+    if (out_read >= 0) {
+      ::close(out_read);
+      ::close(plan.out_fd);
+    }
+  };
   int status_pipe[2];
   if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
     int e = errno;
-    if (out_read >= 0) {
-      ::close(out_read);
-      ::close(out_write);
-    }
+    close_output();
     return Status::Internal("pipe: " + Errno(e));
   }
-  int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  // In a cgroup, the child waits until it is in it: nothing it starts may
-  // begin outside.
+  plan.status_fd = status_pipe[1];
+  plan.dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // In a cgroup, the child moves itself in before it execs: nothing it
+  // starts may begin outside.
   std::unique_ptr<JobCgroup> cgroup;
-  int go_pipe[2] = {-1, -1};
+  std::vector<int> procs;
   if (cgroups_ != nullptr && !spec.cgroup_key.empty()) {
     auto made = cgroups_->CreateJob(spec.cgroup_key, spec.limits);
-    if (!made.ok() || ::pipe2(go_pipe, O_CLOEXEC) != 0) {
-      Status why = made.ok() ? Status::Internal("pipe: " + Errno(errno)) : made.status();
+    auto opened = made.ok() ? (*made)->OpenProcs() : Result<std::vector<int>>(made.status());
+    if (!opened.ok()) {
       ::close(status_pipe[0]);
       ::close(status_pipe[1]);
-      if (dev_null >= 0) ::close(dev_null);
-      if (out_read >= 0) {
-        ::close(out_read);
-        ::close(out_write);
-      }
-      return why.WithContext("job cgroup");
+      if (plan.dev_null >= 0) ::close(plan.dev_null);
+      close_output();
+      return opened.status().WithContext("job cgroup");
     }
     cgroup = std::move(made).value();
+    procs = std::move(opened).value();
   }
+  plan.cgroup_procs = procs.data();
+  plan.cgroup_procs_count = procs.size();
+  plan.parent = ::getpid();
 
-  // A job's uid: no core dumps to the host's handler, and no share of the
-  // agent's protection from the OOM killer.
-  const std::string oom_adj = switch_uid && OwnOomScoreAdj() < 0 ? "0" : "";
-  const pid_t parent = ::getpid();
-  std::unique_lock<std::mutex> lock(shared_->mu);  // no reaping between fork and registration
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    // --- child ---
-    ChildError ce{2, 0};
-    auto fail = [&](int stage) {
-      ce.stage = stage;
-      ce.err = errno;
-      ssize_t ignored = ::write(status_pipe[1], &ce, sizeof ce);
-      (void)ignored;
-      ::_exit(127);
-    };
-    if (go_pipe[0] >= 0) {
-      ::close(go_pipe[1]);
-      char go = 0;
-      ssize_t got;
-      do {
-        got = ::read(go_pipe[0], &go, 1);
-      } while (got < 0 && errno == EINTR);
-      if (got != 1) ::_exit(127);  // the agent could not place it
-    }
-    if (::setsid() < 0) fail(2);
-    if (switch_uid) {
-      const rlimit no_core{0, 0};
-      if (::setrlimit(RLIMIT_CORE, &no_core) != 0) fail(2);
-    }
-    if (!oom_adj.empty()) {
-      int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, oom_adj.data(), oom_adj.size()) < 0) fail(2);
-      ::close(fd);
-    }
-    if (switch_gid && (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0)) fail(2);
-    if (switch_uid && ::setresuid(uid, uid, uid) != 0) fail(2);
-    // After the uid change, which clears it.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(2);
-    if (::getppid() != parent) ::_exit(127);  // the agent already died
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    if (dev_null >= 0 && ::dup2(dev_null, 0) < 0) fail(2);
-    if (::dup2(out_write, 1) < 0 || ::dup2(out_write, 2) < 0) fail(2);
-    if (::chdir(work_dir) != 0) fail(0);
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    for (int fd : inherit) {
-      if (::fcntl(fd, F_SETFD, 0) != 0) fail(2);
-    }
-    ::execve(path, argv.data(), envp.data());
-    fail(1);
+  pid_t pid = -1;
+  int spawn_errno = 0;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);  // no reaping between clone and registration
+    pid = SpawnChild(plan);
+    spawn_errno = errno;
+    if (pid > 0) shared_->leaders[pid] = spec.tag;
   }
-  int fork_errno = errno;
-  if (pid > 0) shared_->leaders[pid] = spec.tag;
-  lock.unlock();
-
   ::close(status_pipe[1]);
-  if (dev_null >= 0) ::close(dev_null);
-  if (out_read >= 0) ::close(out_write);
-  if (go_pipe[0] >= 0) ::close(go_pipe[0]);
+  if (plan.dev_null >= 0) ::close(plan.dev_null);
+  if (out_read >= 0) ::close(plan.out_fd);
+  for (int fd : procs) ::close(fd);
   if (pid < 0) {
     ::close(status_pipe[0]);
-    if (go_pipe[1] >= 0) ::close(go_pipe[1]);
     if (out_read >= 0) ::close(out_read);
-    return Status::Internal("fork: " + Errno(fork_errno));
+    return Status::Internal("clone: " + Errno(spawn_errno));
   }
-  if (cgroup) {
-    Status added = cgroup->Add(pid);
-    if (added.ok()) {
-      ssize_t w = ::write(go_pipe[1], "g", 1);
-      if (w != 1) added = Status::Internal("start the job: " + Errno(errno));
-    }
-    ::close(go_pipe[1]);  // without the byte the child exits
-    if (!added.ok()) {
-      // Killed, not waited for: a child of another Start may hold a copy
-      // of our pipe's write end, so ours might never see its end.
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      {
-        std::lock_guard<std::mutex> guard(shared_->mu);
-        shared_->leaders.erase(pid);
-      }
-      ::close(status_pipe[0]);
-      if (out_read >= 0) ::close(out_read);
-      return added.WithContext("job cgroup");
-    }
-  }
-
   ChildError ce{};
   ssize_t n;
   do {
@@ -528,11 +613,14 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     if (out_read >= 0) ::close(out_read);
     std::string what = ce.stage == 0   ? "cannot enter work directory " + spec.work_dir
                        : ce.stage == 1 ? "cannot execute " + spec.argv[0]
+                       : ce.stage == 3 ? "cannot join the job's cgroup"
                                        : "cannot set up the job process";
     return Status::InvalidArgument(what + ": " + Errno(ce.err), "command");
   }
   if (out_read >= 0) ::fcntl(out_read, F_SETFL, ::fcntl(out_read, F_GETFL) | O_NONBLOCK);
-  return std::unique_ptr<Process>(new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup)));
+  const bool own_uid = plan.switch_uid && plan.uid != ::geteuid();
+  return std::unique_ptr<Process>(
+      new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup), own_uid));
 }
 
 }  // namespace tide::agent

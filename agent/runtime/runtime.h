@@ -73,6 +73,14 @@ class Process {
   virtual int output_fd() const = 0;
   // The uid the job's processes run as; -1: the agent's own.
   virtual int64_t uid() const { return -1; }
+  // An fd that polls readable once the main process has exited (its pidfd),
+  // so a caller can wait for the exit and for output in one poll(); -1 when
+  // there is none (kernels before 5.3, or already reaped): call Poll().
+  virtual int exit_fd() const { return -1; }
+  // True once KillTree() has shown, through a cgroup the job cannot leave,
+  // that nothing of it runs any more: a caller need not look for its
+  // processes elsewhere (a uid sweep).
+  virtual bool Contained() const { return false; }
 
   // The main process's exit, once it has exited; never blocks. Other
   // processes of the tree may still be running: KillTree() ends them.

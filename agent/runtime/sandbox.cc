@@ -217,11 +217,24 @@ Result<UidRange> ParseUidRange(const std::string& text, const std::string& passw
   return r;
 }
 
+namespace {
+constexpr char kUidFree[] = "free\n";  // the lock file of a uid nothing runs as
+constexpr char kUidHeld[] = "held\n";
+
+void MarkLockFile(int fd, const char* mark) {
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mark, std::strlen(mark), 0) < 0) {
+    spdlog::warn("uid lock file: {}", Errno(errno));
+  }
+}
+}  // namespace
+
 UidLease::~UidLease() {
   // Nothing of the job may outlive its claim on the uid.
-  Status st = KillUid(uid_);
+  Status st = empty_ ? Status::Ok() : KillUid(uid_);
   if (!st.ok()) spdlog::warn("release uid {}: {}", uid_, st.ToString());
-  if (fd_ >= 0) ::close(fd_);  // drops the flock
+  if (fd_ < 0) return;
+  if (st.ok()) MarkLockFile(fd_, kUidFree);
+  ::close(fd_);  // drops the flock
 }
 
 UidPool::UidPool(UidRange range, std::string lock_dir)
@@ -239,11 +252,17 @@ Result<std::unique_ptr<UidLease>> UidPool::Claim() {
       ::close(fd);
       continue;  // another job, maybe of another agent, holds it
     }
-    Status killed = KillUid(uid);
+    // A uid whose last holder saw it empty needs no sweep; any other (a
+    // holder that died, a new lock file) is swept before a job gets it.
+    char mark[sizeof kUidFree] = {};
+    const bool free = ::pread(fd, mark, sizeof mark - 1, 0) == sizeof mark - 1 &&
+                      std::strcmp(mark, kUidFree) == 0;
+    Status killed = free ? Status::Ok() : KillUid(uid);
     if (!killed.ok()) {
       ::close(fd);
       return killed;
     }
+    MarkLockFile(fd, kUidHeld);
     return std::make_unique<UidLease>(uid, fd);
   }
   return Status::Unavailable("every uid of the job range " + std::to_string(range_.first) + "-" +
@@ -390,9 +409,15 @@ Status UidJobProcess::Signal(int sig) { return SignalUid(uid_->uid(), inner_->pi
 Status UidJobProcess::KillTree() {
   // The monitor, and through the job's cgroup everything in it.
   Status st = inner_->KillTree();
-  // What the tree walk cannot see (a pid 1 that outlived its monitor, its
-  // zombie) still runs as the job's uid.
-  Status swept = KillUid(uid_->uid());
+  // What a tree walk cannot see (a pid 1 that outlived its monitor, its
+  // zombie) still runs as the job's uid; an emptied cgroup has shown that
+  // nothing does.
+  Status swept = Status::Ok();
+  if (inner_->Contained()) {
+    uid_->MarkEmpty();
+  } else {
+    swept = KillUid(uid_->uid());
+  }
   if (after_kill_) after_kill_();
   return st.ok() ? swept : st;
 }

@@ -47,18 +47,27 @@ Result<UidRange> ParseUidRange(const std::string& text, const std::string& passw
 
 // A uid a job holds for its life. The claim is an flock on
 // `lock_dir`/<uid>.lock: agents sharing a host (and a range) never hand one
-// uid to two jobs, and a dead agent's claims end with it.
+// uid to two jobs, and a dead agent's claims end with it. The lock file
+// says whether the last holder saw the uid empty when it let go ("free"):
+// only a uid left otherwise (its holder died, or could not kill what ran as
+// it) is swept at its next claim.
 class UidLease {
  public:
   UidLease(uid_t uid, int lock_fd) : uid_(uid), fd_(lock_fd) {}
+  // Sweeps the uid unless MarkEmpty() was called, marks the lock file free
+  // once nothing runs as it, and drops the claim.
   ~UidLease();
   UidLease(const UidLease&) = delete;
   UidLease& operator=(const UidLease&) = delete;
   uid_t uid() const { return uid_; }
+  // Nothing runs as the uid any more, and nothing will until the next claim:
+  // the release need not sweep it.
+  void MarkEmpty() { empty_ = true; }
 
  private:
   uid_t uid_;
   int fd_;
+  bool empty_ = false;
 };
 
 class UidPool {
@@ -108,6 +117,8 @@ class UidJobProcess final : public Process {
 
   int pid() const override { return inner_->pid(); }
   int output_fd() const override { return inner_->output_fd(); }
+  int exit_fd() const override { return inner_->exit_fd(); }
+  bool Contained() const override { return inner_->Contained(); }
   int64_t uid() const override { return uid_->uid(); }
   std::optional<ExitStatus> Poll() override;
   std::optional<ExitStatus> Wait(int64_t timeout_ms) override;
