@@ -38,6 +38,7 @@
 #include "agent/gpu/fake_gpu_source.h"
 #include "agent/gpu/nvml_gpu_source.h"
 #include "agent/http_server_link.h"
+#include "agent/job_cpu.h"
 #include "agent/job_runner.h"
 #include "agent/node_identity.h"
 #include "agent/runtime/oci.h"
@@ -449,6 +450,9 @@ int Agent::Shutdown(SignalWatcher* signals, int stops_seen) {
   }
   hb_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (std::string cpu = CpuPerAttempt(); !cpu.empty()) {
+    spdlog::info("agent CPU per attempt, by phase, {}", cpu);
+  }
   spdlog::info("agent stopped");
   return code;
 }

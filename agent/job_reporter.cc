@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/job_cpu.h"
 #include "agent/log_shipper.h"
 #include "common/archive.h"
 #include "common/log.h"
@@ -127,7 +128,10 @@ void JobReporter::Run() {
     }
     // The job has exited; what it left goes before the attempt is done,
     // outside the lock (a stop order may want it meanwhile).
-    if (state_->wipe) WipeAttempt(paths_);
+    if (state_->wipe) {
+      CpuPhase cpu(JobPhase::kWipe);
+      WipeAttempt(paths_);
+    }
     state_->done = true;
   };
 
@@ -141,6 +145,7 @@ void JobReporter::Run() {
     api::JobEvent running;
     running.attempt = job_.attempt;
     running.state = "running";
+    CpuPhase cpu(JobPhase::kReport);
     if (Retry("report running", [&] { return deps_.server->PostEvent(job_.id, running); }) != Call::kOk) {
       return finish();
     }
@@ -236,6 +241,7 @@ void JobReporter::Run() {
       }
     }
     if (!shipper.HasToSend(state_->log_written)) continue;
+    CpuPhase cpu(JobPhase::kLogs);
     Status st = shipper.Ship(state_->log_written);
     if (st.ok()) {
       backoff = deps_.min_backoff_ms;
@@ -265,6 +271,7 @@ void JobReporter::Run() {
       outcome.message.replace(at, value.size(), std::string(value.size(), '*'));
     }
   }
+  std::optional<CpuPhase> cpu(JobPhase::kLogs);
   Call c = Retry("ship log", [&] { return shipper.Ship(state_->log_written, /*complete=*/true); });
   if (c == Call::kOk) {
     c = Retry("ship metrics", [&] {
@@ -279,7 +286,9 @@ void JobReporter::Run() {
   // followed by another attempt that resumes from it.
   bool completed = outcome.reason.empty() && outcome.exit_code && *outcome.exit_code == 0;
   if (c == Call::kOk && !completed) c = UploadCheckpoint(/*final=*/true);
+  cpu.emplace(JobPhase::kOutputs);
   if (c == Call::kOk) c = UploadOutputs();
+  cpu.emplace(JobPhase::kReport);
   if (c == Call::kOk) {
     // If an earlier try reached the server but its answer was lost, the
     // server has released the attempt and answers 409: that is our ack.
@@ -297,6 +306,7 @@ void JobReporter::Run() {
       state_->wipe = true;
     }
   }
+  cpu.reset();
   finish();
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "agent/job_cpu.h"
 #include "agent/srun.h"
 #include "common/archive.h"
 #include "common/log.h"
@@ -57,14 +58,29 @@ JobRunner::JobRunner(api::Job job, RunnerDeps deps, api::Gang gang)
 
 JobRunner::~JobRunner() {
   if (!state_.done.load()) Abandon();
+  CpuPhase cpu(JobPhase::kThreads);
   if (control_thread_.joinable()) control_thread_.join();
   if (reporter_thread_.joinable()) reporter_thread_.join();
   if (state_.log_fd >= 0) ::close(state_.log_fd);
 }
 
 void JobRunner::Start() {
-  control_thread_ = std::thread([this] { ControlMain(); });
-  reporter_thread_ = std::thread([this] { reporter_.Run(); });
+  CpuPhase cpu(JobPhase::kThreads);
+  CountAttempt();
+  control_thread_ = std::thread([this] {
+    {
+      CpuPhase attempt(JobPhase::kOther);
+      ControlMain();
+    }
+    EndCpuThread();
+  });
+  reporter_thread_ = std::thread([this] {
+    {
+      CpuPhase attempt(JobPhase::kOther);
+      reporter_.Run();
+    }
+    EndCpuThread();
+  });
 }
 
 void JobRunner::Stop(const std::string& reason, int64_t grace_s) { state_.Stop(reason, grace_s); }
@@ -82,7 +98,10 @@ void JobRunner::ControlMain() {
   outcome.state = "exited";
 
   LaunchSpec spec;
-  Status prepared = Prepare(&spec);
+  Status prepared = [&] {
+    CpuPhase cpu(JobPhase::kPrepare);
+    return Prepare(&spec);
+  }();
   std::unique_ptr<Process> process;
   bool stopped_early = false;
   if (prepared.ok()) {
@@ -128,6 +147,7 @@ void JobRunner::ControlMain() {
     }
     state_.cv.notify_all();
     RunProcess(process.get(), launched);
+    CpuPhase cpu(JobPhase::kKill);
     process.reset();
     std::lock_guard<std::mutex> lock(state_.mu);
     outcome = state_.outcome;
@@ -317,6 +337,7 @@ void JobRunner::RunProcess(Process* process, int64_t start) {
   std::optional<ExitStatus> exit;
 
   int64_t unsignalled = 0;
+  std::optional<CpuPhase> watching(JobPhase::kWatch);
   for (;;) {
     bool open = PumpOnce(process->output_fd(), process->exit_fd(), state_.log_fd, 100,
                          &state_.log_written, &unsignalled);
@@ -371,6 +392,8 @@ void JobRunner::RunProcess(Process* process, int64_t start) {
     }
   }
   // The main process is gone: nothing of the job may outlive it.
+  watching.reset();
+  CpuPhase killing(JobPhase::kKill);
   Status st = process->KillTree();
   if (!st.ok()) {
     kill_error = st.message();

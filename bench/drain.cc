@@ -59,6 +59,7 @@ struct Options {
 struct Figures {
   double batch_jobs_per_s = 0;
   double loop_submit_per_s = 0, loop_drain_s = 0, loop_jobs_per_s = 0;
+  double submit_p50_ms = 0, submit_p99_ms = 0;  // one `tide submit` process, wall
   double start_p50_ms = 0, start_p99_ms = 0;
   double server_cpu_ms = 0, agent_cpu_ms = 0, machine_cpu_ms = 0;  // per job of the batch
 };
@@ -100,9 +101,49 @@ struct Cluster {
   std::unique_ptr<api::Client> user;
 };
 
+// What the agents logged as they stopped ("agent CPU per attempt, by
+// phase, over N attempts: prepare 0.4 ms, ..."), merged over the agents.
+std::string AgentPhases(const Cluster& c, int agents) {
+  std::vector<std::pair<std::string, double>> sum;  // phase -> ms x attempts
+  long total_attempts = 0;
+  for (int i = 0; i < agents; ++i) {
+    std::ifstream log(c.dir + "/drain-" + std::to_string(i) + ".log");
+    std::string line;
+    const std::string marker = "by phase, over ";
+    while (std::getline(log, line)) {
+      size_t at = line.find(marker);
+      if (at == std::string::npos) continue;
+      std::istringstream in(line.substr(at + marker.size()));
+      long n = 0;
+      std::string word;
+      in >> n >> word;  // "N attempts:"
+      total_attempts += n;
+      std::string name;
+      double ms;
+      size_t k = 0;
+      while (in >> name >> ms >> word) {  // "prepare 0.400 ms,"
+        if (k == sum.size()) sum.emplace_back(name, 0.0);
+        sum[k++].second += ms * n;
+      }
+    }
+  }
+  if (total_attempts == 0) return "";
+  std::string out;
+  char buf[64];
+  for (const auto& [name, ms] : sum) {
+    std::snprintf(buf, sizeof buf, "%s%s %.2f", out.empty() ? "" : ", ", name.c_str(),
+                  ms / total_attempts);
+    out += buf;
+  }
+  return out + " ms (" + std::to_string(total_attempts) + " attempts)";
+}
+
 void StopCluster(Cluster* c) {
   for (pid_t a : c->agents) Stop(a);
   Stop(c->server);
+  if (std::string phases = AgentPhases(*c, static_cast<int>(c->agents.size())); !phases.empty()) {
+    printf("agents' own CPU per attempt, by phase: %s\n", phases.c_str());
+  }
   if (!getenv("TIDE_DRAIN_KEEP")) std::system(("rm -rf " + c->dir).c_str());
 }
 
@@ -234,7 +275,7 @@ bool RunOnce(const Options& o, Figures* f) {
         auto b = client.Call("GET", "/v1/batches/" + id);
         if (b.ok()) status = (*b)["status"];
         if (status == "completed" || status == "failed" || status == "cancelled") break;
-        usleep(5'000);
+        usleep(25'000);  // the poll costs the server little beside the jobs
       }
     }
     double secs = Seconds(t0);
@@ -260,9 +301,11 @@ bool RunOnce(const Options& o, Figures* f) {
   if (ok && o.loop_jobs > 0) {
     std::string env_server = "TIDE_SERVER=" + c.url, env_token = "TIDE_TOKEN=" + c.user_token;
     int failed = 0;
+    std::vector<double> walls;  // ms per process, fork to reaped
     auto t0 = Clock::now();
     fflush(stdout);  // else each child writes what is buffered again
     for (int i = 0; i < o.loop_jobs; ++i) {
+      auto p0 = Clock::now();
       pid_t pid = fork();
       if (pid == 0) {
         std::vector<char*> env = {env_server.data(), env_token.data(), nullptr};
@@ -273,8 +316,11 @@ bool RunOnce(const Options& o, Figures* f) {
       }
       int wstatus = 0;
       waitpid(pid, &wstatus, 0);
+      walls.push_back(1000 * Seconds(p0));
       if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) failed++;
     }
+    f->submit_p50_ms = Percentile(walls, 50);
+    f->submit_p99_ms = Percentile(walls, 99);
     double submit_s = Seconds(t0);
     auto t1 = Clock::now();
     bool drained = AwaitNoLiveJob(client);
@@ -283,8 +329,10 @@ bool RunOnce(const Options& o, Figures* f) {
     f->loop_submit_per_s = o.loop_jobs / submit_s;
     f->loop_jobs_per_s = o.loop_jobs / total_s;
     printf("%d `tide submit` processes one after another: submitted in %.2f s = %.1f/s (%d failed), "
-           "drained %.2f s later: %.1f jobs/s\n",
-           o.loop_jobs, submit_s, f->loop_submit_per_s, failed, f->loop_drain_s, f->loop_jobs_per_s);
+           "drained %.2f s later: %.1f jobs/s; one `tide submit` (start to exit, the 201 "
+           "included): p50 %.1f ms, p99 %.1f ms\n",
+           o.loop_jobs, submit_s, f->loop_submit_per_s, failed, f->loop_drain_s, f->loop_jobs_per_s,
+           f->submit_p50_ms, f->submit_p99_ms);
     if (failed > 0 || !drained) {
       fprintf(stderr, "%s\n", failed > 0 ? "a `tide submit` failed" : "the jobs did not drain");
       ok = false;
@@ -356,12 +404,14 @@ int main(int argc, char** argv) {
     all.push_back(f);
   }
   printf("tide runtime=%s N=%d loop_N=%d nodes=%d gpus=%d batch_jobs_per_s=%.1f "
-         "loop_submit_per_s=%.1f loop_drain_s=%.2f loop_jobs_per_s=%.1f start_p50_ms=%.1f "
+         "loop_submit_per_s=%.1f loop_drain_s=%.2f loop_jobs_per_s=%.1f submit_p50_ms=%.1f "
+         "submit_p99_ms=%.1f start_p50_ms=%.1f "
          "start_p99_ms=%.1f server_cpu_ms_per_job=%.2f agent_cpu_ms_per_job=%.2f "
          "machine_cpu_ms_per_job=%.1f rounds=%d\n",
          o.runtime.c_str(), o.jobs, o.loop_jobs, o.agents, o.agents * o.gpus_per_agent,
          Median(all, &Figures::batch_jobs_per_s), Median(all, &Figures::loop_submit_per_s),
          Median(all, &Figures::loop_drain_s), Median(all, &Figures::loop_jobs_per_s),
+         Median(all, &Figures::submit_p50_ms), Median(all, &Figures::submit_p99_ms),
          Median(all, &Figures::start_p50_ms), Median(all, &Figures::start_p99_ms),
          Median(all, &Figures::server_cpu_ms), Median(all, &Figures::agent_cpu_ms),
          Median(all, &Figures::machine_cpu_ms), o.rounds);

@@ -6,15 +6,31 @@
 //   process+cgroup  the same in a job cgroup with limits
 //   sandbox         bubblewrap as a job uid, in a job cgroup (the default)
 //   oci             a runc container over a busybox rootfs, in a job cgroup
+// and, for the sandbox's floor, what its parts cost by themselves, with no
+// agent code around them:
+//   floor/true_as_uid       fork and exec of `true` as a job uid
+//   floor/bwrap             bwrap with the sandbox's arguments running `true`
+//   floor/bwrap_no_seccomp  the same without the seccomp filter
+//   floor/bwrap_host_net    the same sharing the host's network (no new net
+//                           namespace)
+//   floor/cgroup            a job cgroup made with limits and removed
+// Each reports child_cpu_ms, the CPU its child processes (bwrap, the job)
+// used per iteration, beside the benchmark's own CPU column, and
+// machine_cpu_ms, the whole machine's busy CPU per iteration (this program,
+// its children and the kernel's own threads, which tear namespaces down).
 // Needs root (job uids, cgroups); a runtime this host cannot give is
 // reported as skipped with the reason.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <grp.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -131,6 +147,41 @@ struct Env {
 
 Env* env = nullptr;
 
+double ChildrenCpuMs() {
+  rusage ru{};
+  ::getrusage(RUSAGE_CHILDREN, &ru);
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+// CPU every core of the machine spent busy so far (/proc/stat), in ms.
+double MachineBusyMs() {
+  FILE* f = ::fopen("/proc/stat", "r");
+  if (f == nullptr) return 0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system,
+                        &idle, &iowait, &irq, &softirq, &steal);
+  ::fclose(f);
+  if (got != 8) return 0;
+  return 1e3 * static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+struct CpuSince {
+  double children = ChildrenCpuMs();
+  double machine = MachineBusyMs();
+};
+
+// Sets child_cpu_ms and machine_cpu_ms: per iteration since `since`.
+void ReportCpu(benchmark::State& state, const CpuSince& since) {
+  if (state.iterations() > 0) {
+    const auto n = static_cast<double>(state.iterations());
+    state.counters["child_cpu_ms"] = (ChildrenCpuMs() - since.children) / n;
+    state.counters["machine_cpu_ms"] = (MachineBusyMs() - since.machine) / n;
+  }
+}
+
 // The runtime of `kind`, or null once `state` is skipped with the reason.
 Runtime* RuntimeOrSkip(benchmark::State& state, Kind kind) {
   std::string why;
@@ -142,6 +193,7 @@ Runtime* RuntimeOrSkip(benchmark::State& state, Kind kind) {
 void BM_StartToExit(benchmark::State& state, Kind kind) {
   Runtime* rt = RuntimeOrSkip(state, kind);
   if (rt == nullptr) return;
+  const CpuSince since;
   for (auto _ : state) {
     state.PauseTiming();
     LaunchSpec spec = env->Job(kind, "true", env->devnull);
@@ -161,6 +213,7 @@ void BM_StartToExit(benchmark::State& state, Kind kind) {
     env->Remove(spec);
     state.ResumeTiming();
   }
+  ReportCpu(state, since);
 }
 
 // Reads the job's output until `word` appears (false after 30 s).
@@ -202,6 +255,104 @@ void BM_Cancel(benchmark::State& state, Kind kind) {
   }
 }
 
+enum class Floor { kTrueAsUid, kBwrap, kBwrapNoSeccomp, kBwrapHostNet };
+
+// Runs argv as `uid` (fork: this process is small and has one thread) and
+// waits for it; false unless it exits 0. `keep_fd` stays open across exec.
+bool RunAs(uid_t uid, const std::vector<std::string>& argv, int keep_fd) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  char path_env[] = "PATH=/usr/bin:/bin";
+  char* envp[] = {path_env, nullptr};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(env->devnull, 1);
+    ::dup2(env->devnull, 2);
+    if (keep_fd >= 0) ::fcntl(keep_fd, F_SETFD, 0);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 ||
+        ::setresuid(uid, uid, uid) != 0) {
+      ::_exit(126);
+    }
+    ::execve(args[0], args.data(), envp);
+    ::_exit(127);
+  }
+  int status = 0;
+  return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+void BM_Floor(benchmark::State& state, Floor floor) {
+  if (floor != Floor::kTrueAsUid && !env->sandbox) {
+    state.SkipWithError(env->sandbox_error.c_str());
+    return;
+  }
+  const uid_t uid = 2100000400u;
+  auto filter = JobSeccompFilter();
+  if (!filter.ok()) {
+    state.SkipWithError(filter.status().ToString().c_str());
+    return;
+  }
+  const CpuSince since;
+  for (auto _ : state) {
+    state.PauseTiming();
+    LaunchSpec spec = env->Job(Kind::kSandbox, "true", env->devnull);
+    for (const std::string& p : spec.writable) (void)GiveTree(p, uid);
+    std::vector<std::string> argv = {"/usr/bin/true"};
+    int filter_fd = -1;
+    if (floor != Floor::kTrueAsUid) {
+      SandboxPlan plan;
+      plan.uid = uid;
+      plan.work_dir = spec.work_dir;
+      plan.writable = spec.writable;
+      plan.readable = spec.readable;
+      plan.hidden = {env->data};
+      plan.network = floor == Floor::kBwrapHostNet;
+      plan.hostname = "bench";
+      plan.command = {"true"};
+      if (floor != Floor::kBwrapNoSeccomp) {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) != 0 ||
+            ::write(fds[1], filter->data(), filter->size()) != static_cast<ssize_t>(filter->size())) {
+          state.SkipWithError("seccomp pipe");
+          break;
+        }
+        ::close(fds[1]);
+        filter_fd = plan.seccomp_fd = fds[0];
+      }
+      argv = {env->sandbox->options().bwrap};
+      for (std::string& a : BwrapArgs(plan)) argv.push_back(std::move(a));
+    }
+    state.ResumeTiming();
+    bool ok = RunAs(uid, argv, filter_fd);
+    state.PauseTiming();
+    if (filter_fd >= 0) ::close(filter_fd);
+    env->Remove(spec);
+    if (!ok) {
+      state.SkipWithError("the command did not exit 0");
+      break;
+    }
+    state.ResumeTiming();
+  }
+  ReportCpu(state, since);
+}
+
+void BM_FloorCgroup(benchmark::State& state) {
+  if (!env->cgroups) {
+    state.SkipWithError(("no job cgroups: " + env->cgroup_error).c_str());
+    return;
+  }
+  const CpuSince since;
+  for (auto _ : state) {
+    auto cg = env->cgroups->CreateJob("floor-" + std::to_string(++env->seq), {1LL << 30, 1.0, 256});
+    if (!cg.ok()) {
+      state.SkipWithError(cg.status().ToString().c_str());
+      break;
+    }
+  }
+  ReportCpu(state, since);
+}
+
 #define TIDE_RUNTIME_BENCH(fn)                                                       \
   BENCHMARK_CAPTURE(fn, process, Kind::kProcess)->Unit(benchmark::kMillisecond);     \
   BENCHMARK_CAPTURE(fn, process_cgroup, Kind::kProcessCgroup)                        \
@@ -211,6 +362,14 @@ void BM_Cancel(benchmark::State& state, Kind kind) {
 
 TIDE_RUNTIME_BENCH(BM_StartToExit);
 TIDE_RUNTIME_BENCH(BM_Cancel);
+// After the runtimes: thousands of net namespaces are torn down by the
+// kernel in the background for a while after these.
+BENCHMARK_CAPTURE(BM_Floor, true_as_uid, Floor::kTrueAsUid)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, bwrap, Floor::kBwrap)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, bwrap_no_seccomp, Floor::kBwrapNoSeccomp)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, bwrap_host_net, Floor::kBwrapHostNet)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FloorCgroup)->Name("BM_Floor/cgroup")->Unit(benchmark::kMillisecond);
+
 
 }  // namespace
 

@@ -41,24 +41,17 @@ std::string Getenv(const char* name) {
 
 }  // namespace
 
+const std::vector<AddCommands>& UserCommands() {
+  static const std::vector<AddCommands> all = {
+      AddSubmitCommand, AddListCommand,    AddStatusCommand,  AddLogsCommand,  AddCancelCommand,
+      AddRmCommand,     AddWaitCommand,    AddOutputsCommand, AddNodesCommand, AddQueueCommand,
+      AddAdminCommands, AddMoneyCommands,  AddMetricsCommand, AddBatchCommands, AddSbatchCommand,
+      AddTopCommand,    AddTokenCommands};
+  return all;
+}
+
 void AddUserCommands(CLI::App& app) {
-  AddSubmitCommand(app);
-  AddListCommand(app);
-  AddStatusCommand(app);
-  AddLogsCommand(app);
-  AddCancelCommand(app);
-  AddRmCommand(app);
-  AddWaitCommand(app);
-  AddOutputsCommand(app);
-  AddNodesCommand(app);
-  AddQueueCommand(app);
-  AddAdminCommands(app);
-  AddMoneyCommands(app);
-  AddMetricsCommand(app);
-  AddBatchCommands(app);
-  AddSbatchCommand(app);
-  AddTopCommand(app);
-  AddTokenCommands(app);
+  for (AddCommands add : UserCommands()) add(app);
 }
 
 std::vector<std::string> SplitTrailingArgs(std::vector<std::string>* args,

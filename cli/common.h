@@ -40,8 +40,11 @@ inline constexpr int kExitTimeout = 124;
 inline constexpr const char* kDefaultServer = "http://127.0.0.1:7460";
 inline constexpr const char* kDevAdminTokenFile = ".tide/server/admin.token";
 
-// Registers every user and admin command (submit, ls, status, logs, cancel,
-// wait, outputs, nodes, admin) on `app`.
+// The registration functions of every user and admin command (submit, ls,
+// status, logs, cancel, wait, outputs, nodes, admin, ...), most used first.
+using AddCommands = void (*)(CLI::App&);
+const std::vector<AddCommands>& UserCommands();
+// Registers every user and admin command on `app`.
 void AddUserCommands(CLI::App& app);
 
 // One registration function per command file.

@@ -244,6 +244,20 @@ void AddVersionCommand(CLI::App& app) {
   });
 }
 
+// The command a command line names: its first word that is not an option
+// (nor the value of --ca-file or --pin); "" when there is none.
+std::string CommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--ca-file" || a == "--pin") {
+      ++i;
+    } else if (a.empty() || a[0] != '-') {
+      return a;
+    }
+  }
+  return "";
+}
+
 // Help lists commands by what they are for.
 void Group(CLI::App& app, const std::vector<std::string>& names, const std::string& group) {
   for (const auto& name : names) {
@@ -275,12 +289,24 @@ int main(int argc, char** argv) {
          "Trust an https:// server by its key's pin (sha256:..., as tide server prints it; "
          "comma-separated for several) instead of a CA")
       ->envname("TIDE_PIN");
-  cli::AddUserCommands(app);
-  cmd::AddServerCommand(app);
-  cmd::AddAgentCommand(app);
-  cmd::AddDevCommand(app);
-  cmd::AddSimCommand(app);
-  cmd::AddVersionCommand(app);
+  // Only the command asked for is built (building all of them is a good part
+  // of a short command's start, docs/benchmarks.md); help, --version and a
+  // word that names no command get them all.
+  std::vector<cli::AddCommands> adders = cli::UserCommands();
+  for (cli::AddCommands add : {cmd::AddServerCommand, cmd::AddAgentCommand, cmd::AddDevCommand,
+                               cmd::AddSimCommand, cmd::AddVersionCommand}) {
+    adders.push_back(add);
+  }
+  const std::string word = cmd::CommandWord(argc, argv);
+  bool all = true;
+  for (cli::AddCommands add : adders) {
+    add(app);
+    if (!word.empty() && !app.get_subcommands([&](CLI::App* c) { return c->check_name(word); }).empty()) {
+      all = false;
+      break;
+    }
+  }
+  if (!all) return cli::RunCli(app, argc, argv);
   // Grouped by who uses them; FirstDayTest.HelpGroupsEveryCommand fails on
   // a command left out of every group.
   cmd::Group(app, {"dev", "version"}, "Start here");

@@ -7,6 +7,9 @@ packages=(
   g++ cmake ninja-build make pkg-config
   libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev libssl-dev libarchive-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # the archives of what libarchive links: `tide` links it statically (TIDE_STATIC_DEPS)
+  libzstd-dev liblz4-dev libacl1-dev libxml2-dev libicu-dev nettle-dev liblzma-dev
+  libbz2-dev zlib1g-dev
   python3 procps
   # tests/e2e/first_day_test.cc runs the README's curl example as written
   curl

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/job_cpu.h"
 #include "common/log.h"
 #include "common/paths.h"
 
@@ -459,6 +460,7 @@ std::vector<pid_t> JobCgroup::Pids() const {
 }
 
 Status JobCgroup::Kill() {
+  CpuPhase cpu(JobPhase::kCgroup);
   auto freezer = v1_.find("freezer");
   const std::string freezer_dir = freezer == v1_.end() ? "" : freezer->second;
   // The v2 tree when there is one, else the v1 pids (or any) hierarchy.
@@ -526,6 +528,7 @@ Result<CpuThrottling> JobCgroup::Throttling() const {
 }
 
 JobCgroup::~JobCgroup() {
+  CpuPhase cpu(JobPhase::kCgroup);
   (void)Kill();
   if (oom_event_fd_ >= 0) ::close(oom_event_fd_);
   if (oom_control_fd_ >= 0) ::close(oom_control_fd_);

@@ -23,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "agent/job_cpu.h"
 #include "agent/runtime/process_tree.h"
 #include "common/log.h"
 
@@ -226,9 +227,9 @@ class ProcessImpl final : public Process {
   // leave its cgroup.
   ProcessImpl(pid_t pid, int out_fd, std::vector<std::string> tag,
               std::shared_ptr<ProcessRuntime::Shared> shared, std::unique_ptr<JobCgroup> cgroup,
-              bool own_uid)
+              bool own_uid, bool leader_reaps_tree)
       : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)),
-        cgroup_(std::move(cgroup)), own_uid_(own_uid),
+        cgroup_(std::move(cgroup)), own_uid_(own_uid), leader_reaps_tree_(leader_reaps_tree),
         exit_fd_(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))) {}
 
   ~ProcessImpl() override {
@@ -377,8 +378,11 @@ class ProcessImpl final : public Process {
     for (pid_t member : members) {
       if (member != pid_) ::waitpid(member, nullptr, WNOHANG);
     }
-    // Zombies of the job that left the cgroup before it was read.
-    ReapOrphansOf(shared_.get());
+    // Zombies of the job that left the cgroup before it was read, unless
+    // its main process exited by itself after reaping them all.
+    if (!(leader_reaps_tree_ && members.empty() && exit_ && exit_->signal == 0)) {
+      ReapOrphansOf(shared_.get());
+    }
     if (!ReapLeader(MonoMs() + 10'000).ok()) return false;
     contained_ = true;
     return true;
@@ -453,6 +457,7 @@ class ProcessImpl final : public Process {
   bool reaped_ = false;
   std::unique_ptr<JobCgroup> cgroup_;
   bool own_uid_ = false;
+  bool leader_reaps_tree_ = false;
   bool contained_ = false;  // KillTree() emptied the job's cgroup
   int exit_fd_;             // pidfd of the main process; -1 without pidfds
 };
@@ -565,6 +570,7 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   std::unique_ptr<JobCgroup> cgroup;
   std::vector<int> procs;
   if (cgroups_ != nullptr && !spec.cgroup_key.empty()) {
+    CpuPhase cpu(JobPhase::kCgroup);
     auto made = cgroups_->CreateJob(spec.cgroup_key, spec.limits);
     auto opened = made.ok() ? (*made)->OpenProcs() : Result<std::vector<int>>(made.status());
     if (!opened.ok()) {
@@ -581,6 +587,7 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   plan.cgroup_procs_count = procs.size();
   plan.parent = ::getpid();
 
+  CpuPhase spawning(JobPhase::kSpawn);
   pid_t pid = -1;
   int spawn_errno = 0;
   {
@@ -620,7 +627,8 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
   if (out_read >= 0) ::fcntl(out_read, F_SETFL, ::fcntl(out_read, F_GETFL) | O_NONBLOCK);
   const bool own_uid = plan.switch_uid && plan.uid != ::geteuid();
   return std::unique_ptr<Process>(
-      new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup), own_uid));
+      new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup), own_uid,
+                      spec.leader_reaps_tree));
 }
 
 }  // namespace tide::agent

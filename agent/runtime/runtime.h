@@ -51,6 +51,10 @@ struct LaunchSpec {
   int64_t uid = -1;
   int64_t gid = -1;
   std::vector<int> inherit_fds;
+  // The program reaps every other process of the job before it exits by
+  // itself (bwrap, whose pid namespace ends with its pid 1): when it has,
+  // none was left for the agent to reap.
+  bool leader_reaps_tree = false;
 };
 
 struct ExitStatus {

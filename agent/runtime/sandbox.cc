@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/job_cpu.h"
 #include "common/log.h"
 
 namespace tide::agent {
@@ -229,6 +230,7 @@ void MarkLockFile(int fd, const char* mark) {
 }  // namespace
 
 UidLease::~UidLease() {
+  CpuPhase cpu(JobPhase::kUid);
   // Nothing of the job may outlive its claim on the uid.
   Status st = empty_ ? Status::Ok() : KillUid(uid_);
   if (!st.ok()) spdlog::warn("release uid {}: {}", uid_, st.ToString());
@@ -241,6 +243,7 @@ UidPool::UidPool(UidRange range, std::string lock_dir)
     : range_(range), lock_dir_(std::move(lock_dir)), next_(range.first) {}
 
 Result<std::unique_ptr<UidLease>> UidPool::Claim() {
+  CpuPhase cpu(JobPhase::kUid);
   const uint64_t size = static_cast<uint64_t>(range_.last) - range_.first + 1;
   for (uint64_t i = 0; i < size; ++i) {
     uid_t uid = next_;
@@ -504,14 +507,17 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
     if (::stat(host.c_str(), &st) != 0) continue;  // e.g. fake GPUs: nothing to bind
     plan.devices.emplace_back(host, "/dev/" + dev);
   }
-  for (const std::string& p : spec.writable) {
-    TIDE_RETURN_IF_ERROR(GiveTree(p, uid));
-    // Every directory between the data dir and the path: enter, not list.
-    for (const std::string& root : options_.hidden) {
-      if (!IsUnder(p, root)) continue;
-      for (std::filesystem::path up = std::filesystem::path(p).parent_path();
-           up.string().size() > root.size(); up = up.parent_path()) {
-        ::chmod(up.c_str(), 0711);
+  {
+    CpuPhase cpu(JobPhase::kHandOver);
+    for (const std::string& p : spec.writable) {
+      TIDE_RETURN_IF_ERROR(GiveTree(p, uid));
+      // Every directory between the data dir and the path: enter, not list.
+      for (const std::string& root : options_.hidden) {
+        if (!IsUnder(p, root)) continue;
+        for (std::filesystem::path up = std::filesystem::path(p).parent_path();
+             up.string().size() > root.size(); up = up.parent_path()) {
+          ::chmod(up.c_str(), 0711);
+        }
       }
     }
   }
@@ -534,6 +540,7 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
   outer.uid = static_cast<int64_t>(uid);
   outer.gid = static_cast<int64_t>(uid);
   outer.inherit_fds = {filter_pipe[0]};
+  outer.leader_reaps_tree = true;  // bwrap waits for its pid 1, whose namespace dies with it
   Result<std::unique_ptr<Process>> started = processes_->Start(outer);
   ::close(filter_pipe[0]);
   if (!started.ok()) return started.status();
