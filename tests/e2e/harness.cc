@@ -263,6 +263,19 @@ void Cluster::KillServer(int sig) {
   server_->Wait(std::chrono::seconds(10));
 }
 
+namespace {
+constexpr int64_t kJobUidBlock = 250;
+}  // namespace
+
+int64_t Cluster::FirstJobUid() {
+  // Above the agent's default range's first uids, below 2^31.
+  return 2000100000 + (::getpid() % 4000) * kJobUidBlock;
+}
+
+std::string Cluster::JobUids() {
+  return std::to_string(FirstJobUid()) + "-" + std::to_string(FirstJobUid() + kJobUidBlock - 1);
+}
+
 void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus,
                          const std::vector<std::string>& extra_args) {
   if (join_token_.empty()) join_token_ = admin_->CreateJoinToken()->token;
@@ -279,6 +292,9 @@ void Cluster::StartAgent(const std::string& name, const std::string& fake_gpus,
   if (::geteuid() != 0 &&
       std::find(extra_args.begin(), extra_args.end(), "--runtime") == extra_args.end()) {
     argv.insert(argv.end(), {"--runtime", "process", "--insecure-process-runtime"});
+  }
+  if (std::find(extra_args.begin(), extra_args.end(), "--job-uids") == extra_args.end()) {
+    argv.insert(argv.end(), {"--job-uids", JobUids()});
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   // An agent trusts the server by the pins of its join token alone.

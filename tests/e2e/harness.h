@@ -57,10 +57,16 @@ class Cluster {
   void StartServer(const std::vector<std::string>& extra_args = {});
   void KillServer(int sig);
   // Starts an agent and waits until the server lists it. It joins with the
-  // cluster's join token unless `extra_args` holds a --join-token.
+  // cluster's join token unless `extra_args` holds a --join-token, and runs
+  // jobs as uids of JobUids() unless it holds --job-uids.
   void StartAgent(const std::string& name, const std::string& fake_gpus,
                   const std::vector<std::string>& extra_args = {});
   Process& agent(const std::string& name) { return *agents_.at(name); }
+  // The block of job uids this test process's agents use: suites that run
+  // at once (plain and TLS) never run jobs as the same uid, so a count of a
+  // uid's processes sees only this suite's jobs.
+  static std::string JobUids();
+  static int64_t FirstJobUid();
 
   // A new user; returns its token.
   std::string NewUser(const std::string& name);
