@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/runtime/process_runtime.h"
 #include "common/paths.h"
 
 namespace tide::agent {
@@ -320,6 +321,72 @@ TEST_F(HostCgroups, WhatADeadAgentLeftRunningIsKilledAtTheNextStart) {
   for (const auto& d : dirs) EXPECT_FALSE(fs::exists(d)) << d;
   delete leaked;  // its processes and directories are gone already
   for (const auto& d : (*running)->dirs()) EXPECT_TRUE(fs::exists(d)) << d;
+}
+
+// The process runtime with cgroups: the job's first process joins its
+// cgroup before it execs. A job in a uid of its own cannot leave the
+// cgroup, so a kill through it shows the whole tree gone, escapees from the
+// session included, without a look at /proc; a job of the agent's own uid
+// could have moved itself out, and is hunted through /proc as well.
+TEST_F(HostCgroups, AJobStartedInItsCgroupIsKilledThroughIt) {
+  ProcessRuntime runtime;
+  runtime.set_cgroups(manager_.get());
+  char tmpl[] = "/tmp/tide-cgroup-runtime-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  ::chmod(tmpl, 0777);
+  const std::string group = "tide-test-" + std::to_string(::getpid());
+  // The sleeps of this test's jobs, by their cgroup.
+  auto sleeps = [&] {
+    std::vector<pid_t> out;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::string name = e.path().filename();
+      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+      if (Read(e.path().string() + "/comm") == "sleep\n" &&
+          Read(e.path().string() + "/cgroup").find(group) != std::string::npos) {
+        out.push_back(std::stoi(name));
+      }
+    }
+    return out;
+  };
+  for (const int64_t uid : {int64_t{3000000020}, int64_t{-1}}) {
+    SCOPED_TRACE(uid < 0 ? "the agent's uid" : "a uid of its own");
+    const std::string where = std::string(tmpl) + "/where" + std::to_string(uid);
+    LaunchSpec spec;
+    spec.argv = {"sh", "-c",
+                 "cat /proc/self/cgroup > " + where + ".tmp && mv " + where + ".tmp " + where +
+                     "; setsid sh -c 'sleep 60 & sleep 60' & (sh -c 'sleep 60 &' &); exec sleep 60"};
+    spec.work_dir = tmpl;
+    spec.cgroup_key = "contained";
+    spec.limits = {0, 0, 64};
+    spec.uid = uid;
+    spec.gid = uid;
+    auto p = runtime.Start(spec);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_GE((*p)->exit_fd(), 0);    // a pidfd on this kernel
+    EXPECT_FALSE((*p)->Contained());  // not before a kill has shown it
+    ASSERT_TRUE([&] {
+      for (int i = 0; i < 300; ++i) {
+        if (fs::exists(where) && sleeps().size() >= 4) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return false;
+    }()) << sleeps().size() << " sleeps";
+    EXPECT_NE(Read(where).find(group), std::string::npos) << Read(where);
+    std::vector<pid_t> before = sleeps();
+    ASSERT_TRUE((*p)->KillTree().ok());
+    EXPECT_EQ((*p)->Contained(), uid >= 0);
+    for (pid_t s : before) {
+      // Gone, or a zombie of whoever inherited it (not this test).
+      std::string stat = Read("/proc/" + std::to_string(s) + "/stat");
+      size_t close = stat.rfind(')');
+      char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 'X';
+      EXPECT_TRUE(state == 'X' || state == 'Z') << s << " survived: " << stat;
+    }
+    auto e = (*p)->Poll();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->signal, SIGKILL);
+  }
+  fs::remove_all(tmpl);
 }
 
 TEST_F(HostCgroups, MemoryPastTheLimitIsAnOomKillOfTheJobOnly) {

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -223,13 +224,13 @@ void ReapOrphansOf(ProcessRuntime::Shared* shared);
 
 class ProcessImpl final : public Process {
  public:
-  // `own_uid`: the job runs as a uid other than the agent's, so it cannot
-  // leave its cgroup.
+  // `own_uid`: the uid the job runs as when it is not the agent's, so that
+  // it cannot leave its cgroup; nullopt otherwise.
   ProcessImpl(pid_t pid, int out_fd, std::vector<std::string> tag,
               std::shared_ptr<ProcessRuntime::Shared> shared, std::unique_ptr<JobCgroup> cgroup,
-              bool own_uid, bool leader_reaps_tree)
+              std::optional<uid_t> own_uid, bool own_pid_namespace)
       : pid_(pid), out_fd_(out_fd), tag_(std::move(tag)), shared_(std::move(shared)),
-        cgroup_(std::move(cgroup)), own_uid_(own_uid), leader_reaps_tree_(leader_reaps_tree),
+        cgroup_(std::move(cgroup)), own_uid_(own_uid), own_pid_namespace_(own_pid_namespace),
         exit_fd_(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))) {}
 
   ~ProcessImpl() override {
@@ -378,12 +379,19 @@ class ProcessImpl final : public Process {
     for (pid_t member : members) {
       if (member != pid_) ::waitpid(member, nullptr, WNOHANG);
     }
-    // Zombies of the job that left the cgroup before it was read, unless
-    // its main process exited by itself after reaping them all.
-    if (!(leader_reaps_tree_ && members.empty() && exit_ && exit_->signal == 0)) {
-      ReapOrphansOf(shared_.get());
-    }
-    if (!ReapLeader(MonoMs() + 10'000).ok()) return false;
+    // Processes of the job may have been handed to the agent: zombies that
+    // left the cgroup before it was read, and those still exiting (the
+    // kernel takes an exiting process out of its cgroups before it becomes a
+    // zombie, so an empty cgroup does not mean they can be reaped yet). Each
+    // child of the agent that runs as the job's uid (no other job has it) is
+    // waited for and reaped. Not needed when the main process ran the job in
+    // a pid namespace of its own and exited by itself once the job had: the
+    // caller reaps that namespace's pid 1.
+    const bool tree_gone = own_pid_namespace_ && members.empty() && exit_ && exit_->signal == 0;
+    if (!tree_gone) ReapOrphansOf(shared_.get());
+    const int64_t deadline = MonoMs() + 10'000;
+    if (!ReapLeader(deadline).ok()) return false;
+    if (!tree_gone) ReapChildrenOfUid(*own_uid_, deadline);
     contained_ = true;
     return true;
   }
@@ -456,8 +464,8 @@ class ProcessImpl final : public Process {
   std::optional<ExitStatus> exit_;
   bool reaped_ = false;
   std::unique_ptr<JobCgroup> cgroup_;
-  bool own_uid_ = false;
-  bool leader_reaps_tree_ = false;
+  std::optional<uid_t> own_uid_;
+  bool own_pid_namespace_ = false;
   bool contained_ = false;  // KillTree() emptied the job's cgroup
   int exit_fd_;             // pidfd of the main process; -1 without pidfds
 };
@@ -625,10 +633,11 @@ Result<std::unique_ptr<Process>> ProcessRuntime::Start(const LaunchSpec& spec) {
     return Status::InvalidArgument(what + ": " + Errno(ce.err), "command");
   }
   if (out_read >= 0) ::fcntl(out_read, F_SETFL, ::fcntl(out_read, F_GETFL) | O_NONBLOCK);
-  const bool own_uid = plan.switch_uid && plan.uid != ::geteuid();
+  const std::optional<uid_t> own_uid =
+      plan.switch_uid && plan.uid != ::geteuid() ? std::optional<uid_t>(plan.uid) : std::nullopt;
   return std::unique_ptr<Process>(
       new ProcessImpl(pid, out_read, spec.tag, shared_, std::move(cgroup), own_uid,
-                      spec.leader_reaps_tree));
+                      spec.own_pid_namespace));
 }
 
 }  // namespace tide::agent

@@ -2,12 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
+#include <thread>
 
 namespace tide::agent {
 namespace {
@@ -165,6 +170,51 @@ std::vector<pid_t> ListOwnChildren() {
   }
   ::closedir(dir);
   return out;
+}
+
+UidProbe ProbeUid(pid_t pid, uid_t uid) {
+  UidProbe p;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("State:", 0) == 0) {
+      size_t at = line.find_first_not_of(" \t", 6);
+      p.zombie = at != std::string::npos && (line[at] == 'Z' || line[at] == 'X');
+    } else if (line.rfind("PPid:", 0) == 0) {
+      p.ppid = static_cast<pid_t>(std::atol(line.c_str() + 5));
+    } else if (line.rfind("Uid:", 0) == 0) {
+      std::istringstream fields(line.substr(4));
+      uint64_t v;
+      while (fields >> v) p.runs_as = p.runs_as || v == uid;
+      break;
+    }
+  }
+  return p;
+}
+
+namespace {
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+bool ReapChildOfUid(pid_t pid, uid_t uid, int64_t deadline_ms) {
+  for (;;) {
+    const UidProbe p = ProbeUid(pid, uid);
+    if (!p.runs_as || p.ppid != ::getpid()) return true;  // gone, reaped, or not ours
+    if (p.zombie) {
+      ::waitpid(pid, nullptr, WNOHANG);
+      return true;
+    }
+    if (NowMs() >= deadline_ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void ReapChildrenOfUid(uid_t uid, int64_t deadline_ms) {
+  for (pid_t kid : ListOwnChildren()) (void)ReapChildOfUid(kid, uid, deadline_ms);
 }
 
 }  // namespace tide::agent

@@ -56,4 +56,22 @@ bool IsDescendantOf(const std::vector<ProcInfo>& procs, pid_t pid, pid_t ancesto
 // /proc/self/task/*/children.
 std::vector<pid_t> ListOwnChildren();
 
+// What /proc/PID/status says of a process: whether any of its uids (real,
+// effective, saved, filesystem) is `uid`, whether it is a zombie, and its
+// parent. All false and 0 when it is gone.
+struct UidProbe {
+  bool runs_as = false;
+  bool zombie = false;
+  pid_t ppid = 0;
+};
+UidProbe ProbeUid(pid_t pid, uid_t uid);
+
+// Reaps `pid` once it is a zombie, if it is this process's child running as
+// `uid` (a uid no other job has, so a reused pid is never taken for it);
+// waits for it to become one until `deadline` (CLOCK_MONOTONIC, ms). False
+// when it was still running at the deadline.
+bool ReapChildOfUid(pid_t pid, uid_t uid, int64_t deadline_ms);
+// The same for every child of this process that runs as `uid`.
+void ReapChildrenOfUid(uid_t uid, int64_t deadline_ms);
+
 }  // namespace tide::agent

@@ -51,10 +51,11 @@ struct LaunchSpec {
   int64_t uid = -1;
   int64_t gid = -1;
   std::vector<int> inherit_fds;
-  // The program reaps every other process of the job before it exits by
-  // itself (bwrap, whose pid namespace ends with its pid 1): when it has,
-  // none was left for the agent to reap.
-  bool leader_reaps_tree = false;
+  // The program runs the job in a pid namespace of its own and exits once
+  // the job's first process has (bwrap). When it exited by itself, nothing
+  // of the job is left for the agent to reap but that namespace's pid 1,
+  // which the caller reaps (SandboxRuntime, by the pid bwrap reports).
+  bool own_pid_namespace = false;
 };
 
 struct ExitStatus {

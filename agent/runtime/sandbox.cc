@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "agent/job_cpu.h"
+#include "agent/runtime/process_tree.h"
 #include "common/log.h"
 
 namespace tide::agent {
@@ -44,33 +45,6 @@ bool ParseUid(const std::string& s, uid_t* out) {
   if (v >= 0xFFFFFFFFull) return false;  // (uid_t)-1 means "unchanged"
   *out = static_cast<uid_t>(v);
   return true;
-}
-
-// What /proc says of a process: whether any of its uids (real, effective,
-// saved, filesystem) is `uid`, whether it is a zombie, and its parent.
-struct UidProbe {
-  bool runs_as = false;
-  bool zombie = false;
-  pid_t ppid = 0;
-};
-UidProbe ProbeUid(const std::string& pid, uid_t uid) {
-  UidProbe p;
-  std::ifstream in("/proc/" + pid + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("State:", 0) == 0) {
-      size_t at = line.find_first_not_of(" \t", 6);
-      p.zombie = at != std::string::npos && (line[at] == 'Z' || line[at] == 'X');
-    } else if (line.rfind("PPid:", 0) == 0) {
-      p.ppid = static_cast<pid_t>(std::atol(line.c_str() + 5));
-    } else if (line.rfind("Uid:", 0) == 0) {
-      std::istringstream fields(line.substr(4));
-      uint64_t v;
-      while (fields >> v) p.runs_as = p.runs_as || v == uid;
-      break;
-    }
-  }
-  return p;
 }
 
 bool IsDir(const std::string& path) {
@@ -110,7 +84,7 @@ void SignalPinned(const char* pid_name, uid_t uid, int sig) {
     if (errno == ENOSYS) ::kill(pid, sig);  // kernels before 5.3
     return;
   }
-  if (ProbeUid(pid_name, uid).runs_as) ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0);
+  if (ProbeUid(pid, uid).runs_as) ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0);
   ::close(fd);
 }
 }  // namespace
@@ -125,7 +99,7 @@ Status KillUid(uid_t uid) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
       const auto pid = static_cast<pid_t>(std::atol(e->d_name));
       if (pid == self) continue;  // the agent reading a job's files as its fsuid
-      UidProbe p = ProbeUid(e->d_name, uid);
+      UidProbe p = ProbeUid(pid, uid);
       if (!p.runs_as) continue;
       if (p.zombie) {
         if (p.ppid == self) ::waitpid(pid, nullptr, WNOHANG);
@@ -148,7 +122,7 @@ Status SignalUid(uid_t uid, pid_t monitor, int sig) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const auto pid = static_cast<pid_t>(std::atol(e->d_name));
     if (pid == ::getpid()) continue;
-    UidProbe p = ProbeUid(e->d_name, uid);
+    UidProbe p = ProbeUid(pid, uid);
     if (!p.runs_as || p.zombie || pid == monitor || p.ppid == monitor) continue;
     SignalPinned(e->d_name, uid, sig);
   }
@@ -310,6 +284,7 @@ std::vector<std::string> BwrapArgs(const SandboxPlan& plan, const std::string& s
   for (const std::string& h : plan.hidden) a.insert(a.end(), {"--remount-ro", h});
   a.insert(a.end(), {"--remount-ro", "/dev", "--remount-ro", "/"});
   if (plan.seccomp_fd >= 0) a.insert(a.end(), {"--seccomp", std::to_string(plan.seccomp_fd)});
+  if (plan.info_fd >= 0) a.insert(a.end(), {"--info-fd", std::to_string(plan.info_fd)});
   a.insert(a.end(), {"--chdir", plan.work_dir, "--"});
   a.insert(a.end(), plan.command.begin(), plan.command.end());
   return a;
@@ -392,13 +367,44 @@ std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e) {
 }
 
 UidJobProcess::UidJobProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid,
-                             std::string what, std::function<void()> after_kill)
+                             std::string what, std::function<void()> after_kill, int info_fd)
     : inner_(std::move(inner)), uid_(std::move(uid)), what_(std::move(what)),
-      after_kill_(std::move(after_kill)) {}
+      after_kill_(std::move(after_kill)), info_fd_(info_fd) {}
 
 UidJobProcess::~UidJobProcess() {
   if (Status st = KillTree(); !st.ok()) spdlog::warn("{} {}: {}", what_, pid(), st.ToString());
   inner_.reset();
+  if (info_fd_ >= 0) ::close(info_fd_);
+}
+
+pid_t UidJobProcess::NamespaceInit() {
+  if (ns_init_ != 0 || info_fd_ < 0) return ns_init_ != 0 ? ns_init_ : -1;
+  // {"child-pid": 1234, ...}, written once bwrap has made its pid 1. By the
+  // time the job has ended it is there, or bwrap died before (EOF or
+  // nothing to read).
+  char buf[512];
+  ssize_t n = ::read(info_fd_, buf, sizeof buf - 1);
+  ns_init_ = -1;
+  if (n > 0) {
+    buf[n] = '\0';
+    const char* at = std::strstr(buf, "\"child-pid\":");
+    if (at != nullptr) {
+      long pid = std::strtol(at + std::strlen("\"child-pid\":"), nullptr, 10);
+      if (pid > 0) ns_init_ = static_cast<pid_t>(pid);
+    }
+  }
+  return ns_init_;
+}
+
+void UidJobProcess::ReapNamespaceInit() {
+  const int64_t deadline =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now().time_since_epoch()).count() + 10'000;
+  if (pid_t init = NamespaceInit(); init > 0) {
+    (void)ReapChildOfUid(init, uid_->uid(), deadline);
+  } else {
+    ReapChildrenOfUid(uid_->uid(), deadline);  // its pid is unknown: any of the uid
+  }
 }
 
 std::optional<ExitStatus> UidJobProcess::Poll() { return FromShellCode(inner_->Poll()); }
@@ -417,6 +423,7 @@ Status UidJobProcess::KillTree() {
   // nothing does.
   Status swept = Status::Ok();
   if (inner_->Contained()) {
+    if (info_fd_ >= 0) ReapNamespaceInit();
     uid_->MarkEmpty();
   } else {
     swept = KillUid(uid_->uid());
@@ -522,7 +529,8 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
     }
   }
 
-  // The filter travels in a pipe the child inherits, read by bwrap.
+  // The filter travels in a pipe the child inherits, read by bwrap; bwrap
+  // names its pid 1 in another.
   int filter_pipe[2];
   if (::pipe2(filter_pipe, O_CLOEXEC) != 0) return Status::Internal("pipe: " + Errno(errno));
   ssize_t w = ::write(filter_pipe[1], filter_.data(), filter_.size());
@@ -532,6 +540,12 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
     return Status::Internal("write the seccomp filter: " + Errno(errno));
   }
   plan.seccomp_fd = filter_pipe[0];
+  int info_pipe[2];
+  if (::pipe2(info_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(filter_pipe[0]);
+    return Status::Internal("pipe: " + Errno(errno));
+  }
+  plan.info_fd = info_pipe[1];
 
   LaunchSpec outer = spec;
   outer.argv = {options_.bwrap};
@@ -539,13 +553,17 @@ Result<std::unique_ptr<Process>> SandboxRuntime::Start(const LaunchSpec& spec) {
   outer.env = std::move(env);
   outer.uid = static_cast<int64_t>(uid);
   outer.gid = static_cast<int64_t>(uid);
-  outer.inherit_fds = {filter_pipe[0]};
-  outer.leader_reaps_tree = true;  // bwrap waits for its pid 1, whose namespace dies with it
+  outer.inherit_fds = {filter_pipe[0], info_pipe[1]};
+  outer.own_pid_namespace = true;
   Result<std::unique_ptr<Process>> started = processes_->Start(outer);
   ::close(filter_pipe[0]);
-  if (!started.ok()) return started.status();
-  return std::unique_ptr<Process>(
-      new UidJobProcess(std::move(*started), std::move(*lease), "sandboxed job"));
+  ::close(info_pipe[1]);
+  if (!started.ok()) {
+    ::close(info_pipe[0]);
+    return started.status();
+  }
+  return std::unique_ptr<Process>(new UidJobProcess(std::move(*started), std::move(*lease),
+                                                    "sandboxed job", nullptr, info_pipe[0]));
 }
 
 }  // namespace tide::agent

@@ -111,8 +111,10 @@ std::optional<ExitStatus> FromShellCode(std::optional<ExitStatus> e);
 // `what` names the job in warnings ("sandboxed job").
 class UidJobProcess final : public Process {
  public:
+  // `info_fd` (owned): the read end of bwrap's --info-fd, which names the
+  // pid 1 of the job's pid namespace; -1 for none.
   UidJobProcess(std::unique_ptr<Process> inner, std::unique_ptr<UidLease> uid, std::string what,
-                std::function<void()> after_kill = nullptr);
+                std::function<void()> after_kill = nullptr, int info_fd = -1);
   ~UidJobProcess() override;  // kills the tree, then releases the uid
 
   int pid() const override { return inner_->pid(); }
@@ -128,8 +130,15 @@ class UidJobProcess final : public Process {
  private:
   std::unique_ptr<Process> inner_;
   std::unique_ptr<UidLease> uid_;
+  // bwrap's pid 1, which bwrap's outer process does not wait for: when
+  // that exits first, the pid 1 is handed to the agent to reap.
+  pid_t NamespaceInit();
+  void ReapNamespaceInit();
+
   std::string what_;
   std::function<void()> after_kill_;
+  int info_fd_;
+  pid_t ns_init_ = 0;  // 0: not read yet; -1: unknown
 };
 
 // Everything bubblewrap needs for one job.
@@ -144,6 +153,7 @@ struct SandboxPlan {
   bool network = false;
   std::string hostname;
   int seccomp_fd = -1;  // -1 = no filter
+  int info_fd = -1;     // bwrap writes its pid 1's pid here; -1 = none
   std::vector<std::string> command;
 };
 // The bwrap arguments for `plan`, ending with "--" and the command.

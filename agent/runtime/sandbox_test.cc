@@ -1,12 +1,15 @@
 #include "agent/runtime/sandbox.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <thread>
 
 #include "agent/runtime/cgroup.h"
+#include "agent/runtime/process_tree.h"
 #include "agent/testing/job_spec.h"
 #include "common/paths.h"
 
@@ -93,6 +97,90 @@ TEST(UidPoolTest, AgentsSharingALockDirNeverShareAUid) {
   fs::remove_all(dir);
 }
 
+// A process running as `uid` (a job's leftover), once it does; -1 when it
+// could not start.
+pid_t RunAs(uid_t uid) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 ||
+        ::setresuid(uid, uid, uid) != 0) {
+      ::_exit(127);
+    }
+    ::execl("/bin/sleep", "sleep", "60", nullptr);
+    ::_exit(127);
+  }
+  const std::string want = "Uid:\t" + std::to_string(uid) + "\t";
+  for (int i = 0; pid > 0 && i < 500; ++i) {
+    auto status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+    if (status.ok() && status->find(want) != std::string::npos) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return -1;
+}
+
+// `pid`, a child of this test, has ended (and is reaped).
+bool Ended(pid_t pid) {
+  int st = 0;
+  pid_t r = ::waitpid(pid, &st, WNOHANG);
+  return r == pid || (r < 0 && errno == ECHILD);
+}
+
+std::string Mark(const std::string& lock) {
+  auto text = ReadFile(lock);
+  return text.ok() ? *text : "(" + text.status().ToString() + ")";
+}
+
+TEST(UidPoolTest, AUidIsSweptAtClaimUnlessItsLastHolderSawItEmpty) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a process as a job uid";
+  std::string dir = TempDir("uid-marks");
+  constexpr uid_t kUid = 3000000010u;
+  const std::string lock = dir + "/" + std::to_string(kUid) + ".lock";
+  UidPool pool({kUid, kUid}, dir);
+
+  // A new lock file: whatever runs as the uid is swept before the claim.
+  pid_t stray = RunAs(kUid);
+  ASSERT_GT(stray, 0);
+  auto first = pool.Claim();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(Ended(stray));
+  EXPECT_EQ(Mark(lock), "held\n");
+
+  // A release that did not see the uid empty sweeps it, then marks it free.
+  pid_t left = RunAs(kUid);
+  ASSERT_GT(left, 0);
+  first->reset();
+  EXPECT_TRUE(Ended(left));
+  EXPECT_EQ(Mark(lock), "free\n");
+
+  // A claim of a uid marked free does not sweep it (nothing ran as it since
+  // the last holder saw it empty): a process started as it in between, by
+  // something other than an agent, is still there after the claim...
+  pid_t after = RunAs(kUid);
+  ASSERT_GT(after, 0);
+  auto second = pool.Claim();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(Ended(after));
+  EXPECT_EQ(Mark(lock), "held\n");
+  // ...and a holder that says it left the uid empty releases it unswept.
+  (*second)->MarkEmpty();
+  second->reset();
+  EXPECT_FALSE(Ended(after));
+  EXPECT_EQ(Mark(lock), "free\n");
+  ::kill(after, SIGKILL);
+  ::waitpid(after, nullptr, 0);
+
+  // A holder that died (an agent killed -9) never ran its release: the mark
+  // stays "held" and the next claim sweeps.
+  std::ofstream(lock, std::ios::trunc) << "held\n";
+  pid_t orphan = RunAs(kUid);
+  ASSERT_GT(orphan, 0);
+  auto fourth = pool.Claim();
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_TRUE(Ended(orphan));
+  fourth->reset();
+  fs::remove_all(dir);
+}
+
 // ---------------------------------------------------------------- bwrap arguments
 
 TEST(BwrapArgsTest, NamespacesMountsDevicesAndTheCommandInOrder) {
@@ -109,6 +197,7 @@ TEST(BwrapArgsTest, NamespacesMountsDevicesAndTheCommandInOrder) {
   plan.devices = {{"/dev/nvidia1", "/dev/nvidia1"}, {"/dev/nvidiactl", "/dev/nvidiactl"}};
   plan.hostname = "node-a";
   plan.seccomp_fd = 9;
+  plan.info_fd = 11;
   plan.command = {"python3", "train.py", "--"};
   std::vector<std::string> a = BwrapArgs(plan, root);
 
@@ -125,6 +214,7 @@ TEST(BwrapArgsTest, NamespacesMountsDevicesAndTheCommandInOrder) {
   EXPECT_FALSE(Has(a, {"--ro-bind", "/opt", "/opt"}));  // not on this host
   EXPECT_FALSE(Has(a, {"--ro-bind", "/home", "/home"}));
   EXPECT_TRUE(Has(a, {"--seccomp", "9"}));
+  EXPECT_TRUE(Has(a, {"--info-fd", "11"}));
   EXPECT_TRUE(Has(a, {"--chdir", "/data/jobs/j-1/1/work", "--", "python3", "train.py", "--"}));
   EXPECT_EQ(a.back(), "--");  // the command's own "--" is the last word
   // Later mounts go on top of earlier ones: the private /tmp and the hidden
@@ -350,6 +440,35 @@ TEST_F(HostSandbox, SeccompRefusesPtraceNamespacesAndKeyrings) {
         << call << ": " << r.output;
   }
   EXPECT_NE(r.output.find("fork 7"), std::string::npos) << r.output;
+}
+
+// bwrap's outer process exits as soon as its pid 1 reports the job's exit,
+// without waiting for that pid 1, which is then handed to the agent (a
+// subreaper): a job that exits by itself, or is stopped, leaves no zombie.
+TEST_F(HostSandbox, NoZombieOfAJobIsLeftToTheAgent) {
+  auto children_of = [](int64_t uid) {
+    int n = 0;
+    for (pid_t kid : ListOwnChildren()) n += ProbeUid(kid, static_cast<uid_t>(uid)).runs_as;
+    return n;
+  };
+  for (int i = 0; i < 5; ++i) {
+    Ran r = Run(Job("exits-" + std::to_string(i), "true"));
+    EXPECT_EQ(r.exit.exit_code, 0);
+    EXPECT_EQ(children_of(r.uid), 0) << "after an exit, round " << i;
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto p = sandbox_->Start(Job("stopped-" + std::to_string(i), "echo up; exec sleep 60"));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const int64_t uid = (*p)->uid();
+    for (int k = 0; k < 500; ++k) {
+      pollfd pfd{(*p)->output_fd(), POLLIN, 0};
+      if (::poll(&pfd, 1, 10) > 0) break;
+    }
+    ASSERT_TRUE((*p)->Signal(SIGTERM).ok());  // the job ends; bwrap exits by itself
+    ASSERT_TRUE((*p)->Wait(10'000).has_value());
+    ASSERT_TRUE((*p)->KillTree().ok());
+    EXPECT_EQ(children_of(uid), 0) << "after a stop, round " << i;
+  }
 }
 
 TEST_F(HostSandbox, NothingOfAJobSurvivesItsKill) {
