@@ -10,8 +10,10 @@
 #include <csignal>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "agent/agent.h"
 #include "agent/check.h"
@@ -258,6 +260,39 @@ std::string CommandWord(int argc, char** argv) {
   return "";
 }
 
+// The edit distance of two words (insertions, deletions, substitutions).
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A word that names no command is said so, with the nearest command.
+int UnknownCommand(CLI::App& app, const std::string& word) {
+  std::string nearest;
+  size_t best = 3;  // farther than two edits suggests nothing
+  for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; })) {
+    size_t d = Distance(word, c->get_name());
+    if (d < best) {
+      best = d;
+      nearest = c->get_name();
+    }
+  }
+  std::cerr << "tide: \"" << word << "\" is not a command"
+            << (nearest.empty() ? "" : "; did you mean \"" + nearest + "\"?") << "\n"
+            << "Run tide --help for the list of commands.\n";
+  return cli::kExitUsage;
+}
+
 // Help lists commands by what they are for.
 void Group(CLI::App& app, const std::vector<std::string>& names, const std::string& group) {
   for (const auto& name : names) {
@@ -307,6 +342,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!all) return cli::RunCli(app, argc, argv);
+  if (!word.empty()) return cmd::UnknownCommand(app, word);
   // Grouped by who uses them; FirstDayTest.HelpGroupsEveryCommand fails on
   // a command left out of every group.
   cmd::Group(app, {"dev", "version"}, "Start here");

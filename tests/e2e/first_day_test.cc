@@ -72,6 +72,24 @@ TEST_F(FirstDayTest, HelpGroupsEveryCommandByWhoUsesIt) {
   EXPECT_NE(help.out.find("TIDE_ADMIN_TOKEN, else TIDE_TOKEN"), std::string::npos) << help.out;
 }
 
+TEST_F(FirstDayTest, TheCommandIsFoundPastTheValuesOfGlobalOptions) {
+  // `tide` builds only the command a line names: the values of --pin and
+  // --ca-file are no command even when they read like one.
+  CliResult v = cluster_.Cli({"--pin", "ls", "--ca-file", "submit", "version"}, token_);
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("tide ", 0), 0u) << v.out << v.err;
+  CliResult eq = cluster_.Cli({"--pin=ls", "version"}, token_);
+  EXPECT_EQ(eq.exit_code, 0) << eq.err;
+  // A word that names no command is named in the error, with the nearest.
+  CliResult bad = cluster_.Cli({"--pin", "x", "sumbit", "--", "true"}, token_);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("\"sumbit\" is not a command; did you mean \"submit\"?"),
+            std::string::npos) << bad.err;
+  CliResult far = cluster_.Cli({"frobnicate"}, token_);
+  EXPECT_EQ(far.exit_code, 2);
+  EXPECT_NE(far.err.find("\"frobnicate\" is not a command\n"), std::string::npos) << far.err;
+}
+
 TEST_F(FirstDayTest, AnEstimateForAShapeNoNodeHoldsSaysWhy) {
   CliResult e = cluster_.Cli({"estimate", "--gpus", "1", "--gpu-type", "H100", "--hours", "1"}, token_);
   ASSERT_EQ(e.exit_code, 0) << e.err;

@@ -31,14 +31,30 @@ int64_t UidOf(pid_t pid) {
   return -1;
 }
 
-int CountUid(int64_t uid) {
-  int n = 0;
+std::vector<pid_t> PidsOfUid(int64_t uid) {
+  std::vector<pid_t> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {
     std::string name = e.path().filename();
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    if (UidOf(std::stoi(name)) == uid) ++n;
+    if (UidOf(std::stoi(name)) == uid) pids.push_back(std::stoi(name));
   }
-  return n;
+  return pids;
+}
+
+int CountUid(int64_t uid) { return static_cast<int>(PidsOfUid(uid).size()); }
+
+// What /proc says of the processes of `uid`, for a failure's message.
+std::string DescribeUid(int64_t uid) {
+  std::string out;
+  for (pid_t p : PidsOfUid(uid)) {
+    std::string stat = ReadAll("/proc/" + std::to_string(p) + "/stat");
+    size_t close = stat.rfind(')');
+    std::string ppid = close == std::string::npos ? "" : stat.substr(close + 4);
+    ppid = ppid.substr(0, ppid.find(' '));
+    out += "\n  " + stat.substr(0, close + 20) + "... parent: " +
+           ReadAll("/proc/" + ppid + "/cmdline").substr(0, 60);
+  }
+  return out;
 }
 
 class SandboxTest : public ::testing::Test {
@@ -236,7 +252,7 @@ TEST_F(SandboxTest, NothingOfAJobSurvivesItsCancel) {
   ASSERT_TRUE(alice_->CancelJob(id).ok());
   EXPECT_EQ(WaitTerminal(*alice_, id).status, api::JobStatus::kCancelled);
   EXPECT_TRUE(Eventually([&] { return CountUid(uid) == 0; }, std::chrono::seconds(10)))
-      << CountUid(uid) << " processes of uid " << uid << " survive";
+      << CountUid(uid) << " processes of uid " << uid << " survive:" << DescribeUid(uid);
   for (pid_t p : procs) EXPECT_TRUE(ProcessGone(p)) << p;
 }
 
