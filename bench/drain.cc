@@ -14,15 +14,22 @@
 //      program included);
 //   3. one client process per job: --loop-jobs `tide submit` processes one
 //      after another from this program (as a shell loop calling `tide
-//      submit` would), then the drain of what they queued.
+//      submit` would), then the drain of what they queued;
+//   4. the start-up of one process, --startup-runs times each, wall time
+//      from spawn to reaped: /bin/true, a plain C++ program (tide-hello,
+//      beside this one), `tide --version`, and `tide submit` to the idle
+//      server (the durable 201 included; the jobs wait on a held one, so no
+//      agent works meanwhile).
 //
 // The last line is machine-readable (like the Slurm peer's), for
 // bench/short_jobs.sh, which runs the peer in the same run. It fails (exit
 // 1) when a figure measured nothing or a job did not complete.
 //
 //   tide-drain [--tide PATH] [--agents 4] [--gpus-per-agent 8] [--jobs 1000]
-//              [--loop-jobs 200] [--latency-jobs 50] [--runtime sandbox|process]
-//              [--rounds 1]
+//              [--loop-jobs 200] [--latency-jobs 50] [--startup-runs 200]
+//              [--runtime sandbox|process] [--rounds 1]
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -51,7 +58,7 @@ namespace {
 struct Options {
   std::string tide_bin;
   int agents = 4, gpus_per_agent = 8;
-  int jobs = 1000, loop_jobs = 200, latency_jobs = 50;
+  int jobs = 1000, loop_jobs = 200, latency_jobs = 50, startup_runs = 200;
   std::string runtime = "sandbox";
   int rounds = 1;
 };
@@ -62,7 +69,41 @@ struct Figures {
   double submit_p50_ms = 0, submit_p99_ms = 0;  // one `tide submit` process, wall
   double start_p50_ms = 0, start_p99_ms = 0;
   double server_cpu_ms = 0, agent_cpu_ms = 0, machine_cpu_ms = 0;  // per job of the batch
+  // Start-up p50, wall: /bin/true, a plain C++ program, tide --version, tide
+  // submit to the idle server.
+  double true_ms = 0, cxx_ms = 0, version_ms = 0, idle_submit_ms = 0;
 };
+
+extern "C" char** environ;
+
+// Wall times (ms) of `runs` runs of argv, each spawned and reaped before the
+// next; empty when one did not exit 0.
+std::vector<double> TimeRuns(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, int runs) {
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  std::vector<double> walls;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = Clock::now();
+    pid_t pid = -1;
+    int status = 0;
+    if (posix_spawn(&pid, args[0], &quiet, nullptr, args.data(), envp.data()) != 0 ||
+        waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "%s exited %d\n", argv[0].c_str(), WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      walls.clear();
+      break;
+    }
+    walls.push_back(1000 * std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  posix_spawn_file_actions_destroy(&quiet);
+  return walls;
+}
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -338,62 +379,95 @@ bool RunOnce(const Options& o, Figures* f) {
       ok = false;
     }
   }
+
   int bad = ok ? CountNotCompleted(client) : 0;
   if (bad != 0) {
     fprintf(stderr, "%d jobs ended other than completed (TIDE_DRAIN_KEEP=1 keeps %s)\n", bad,
             c.dir.c_str());
     ok = false;
   }
+
+  // 4. The start-up of one process. The submitted jobs wait on a job that
+  // sleeps, so no agent runs anything while the next process starts.
+  if (ok && o.startup_runs > 0) {
+    const api::JobSpec holder = std::move(api::JobSpecFromJson(
+        {{"command", {"sleep", "600"}}, {"resources", {{"gpu_count", 1}}}})).value();
+    auto held = client.SubmitJob(holder);
+    const std::string hello = tide::bench::ThisProgramsDir() + "/tide-hello";
+    const std::vector<std::string> env = {"TIDE_SERVER=" + c.url, "TIDE_TOKEN=" + c.user_token,
+                                          "PATH=/usr/bin:/bin"};
+    struct Case {
+      const char* what;
+      std::vector<std::string> argv;
+      double* p50;
+    };
+    std::vector<Case> cases = {
+        {"/bin/true", {"/bin/true"}, &f->true_ms},
+        {"a plain C++ program (tide-hello)", {hello}, &f->cxx_ms},
+        {"tide --version", {o.tide_bin, "--version"}, &f->version_ms},
+        {"tide submit to the idle server (durable 201)",
+         {o.tide_bin, "submit", "-q", "--gpus", "1", "--depends-on", held.ok() ? held->id : "",
+          "--", "true"},
+         &f->idle_submit_ms}};
+    for (Case& k : cases) {
+      std::vector<double> walls = held.ok() ? TimeRuns(k.argv, env, o.startup_runs)
+                                            : std::vector<double>{};
+      if (walls.empty()) {
+        fprintf(stderr, "start-up of %s: nothing measured%s\n", k.what,
+                held.ok() ? "" : (": " + held.status().ToString()).c_str());
+        ok = false;
+        break;
+      }
+      *k.p50 = Percentile(walls, 50);
+      printf("start-up, %d runs, spawn to reaped: %s p50 %.2f ms, p99 %.2f ms\n", o.startup_runs,
+             k.what, *k.p50, Percentile(walls, 99));
+    }
+    if (held.ok()) (void)client.CancelJob(held->id);  // its dependants end with it
+    if (ok && !AwaitNoLiveJob(client)) {
+      fprintf(stderr, "the held jobs did not end after their holder's cancel\n");
+      ok = false;
+    }
+  }
   StopCluster(&c);
   return ok;
 }
 
-double Median(std::vector<Figures> v, double Figures::*field) {
-  std::sort(v.begin(), v.end(), [&](const Figures& a, const Figures& b) { return a.*field < b.*field; });
-  return v.size() % 2 ? v[v.size() / 2].*field : (v[v.size() / 2 - 1].*field + v[v.size() / 2].*field) / 2;
-}
-
 const char kUsage[] =
     "usage: tide-drain [--tide PATH] [--agents 4] [--gpus-per-agent 8] [--jobs 1000]\n"
-    "                  [--loop-jobs 200] [--latency-jobs 50] [--runtime sandbox|process]\n"
-    "                  [--rounds 1]\n"
+    "                  [--loop-jobs 200] [--latency-jobs 50] [--startup-runs 200]\n"
+    "                  [--runtime sandbox|process] [--rounds 1]\n"
     "Starts a tide server and agents with fake GPUs on loopback and prints start\n"
     "latency, the drain of --jobs trivial trials submitted in one batch (with the\n"
     "server's and agents' CPU per job), and --loop-jobs `tide submit` processes run\n"
-    "one after another. With --rounds N the last line has the medians.\n";
+    "one after another, and the start-up of one process (/bin/true, a plain C++\n"
+    "program, tide --version, tide submit). With --rounds N the last line has the\n"
+    "medians.\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fputs(kUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "%s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    std::string v = argv[i + 1];
+  const int parsed = tide::bench::ParseFlags(argc, argv, kUsage, [&](const std::string& a,
+                                                                      const std::string& v) {
     if (a == "--tide") o.tide_bin = v;
     else if (a == "--agents") o.agents = atoi(v.c_str());
     else if (a == "--gpus-per-agent") o.gpus_per_agent = atoi(v.c_str());
     else if (a == "--jobs") o.jobs = atoi(v.c_str());
     else if (a == "--loop-jobs") o.loop_jobs = atoi(v.c_str());
     else if (a == "--latency-jobs") o.latency_jobs = atoi(v.c_str());
+    else if (a == "--startup-runs") o.startup_runs = atoi(v.c_str());
     else if (a == "--rounds") o.rounds = atoi(v.c_str());
     else if (a == "--runtime" && (v == "sandbox" || v == "process")) o.runtime = v;
-    else {
-      fprintf(stderr, "unknown flag or value: %s %s\n%s", a.c_str(), v.c_str(), kUsage);
-      return 2;
-    }
-  }
+    else return false;
+    return true;
+  });
+  if (parsed >= 0) return parsed;
   if (o.agents < 1 || o.gpus_per_agent < 1 || o.jobs < 0 || o.jobs > 20'000 || o.loop_jobs < 0 ||
-      o.latency_jobs < 0 || o.rounds < 1 || o.jobs + o.loop_jobs + o.latency_jobs == 0) {
+      o.latency_jobs < 0 || o.startup_runs < 0 || o.rounds < 1 ||
+      o.jobs + o.loop_jobs + o.latency_jobs + o.startup_runs == 0) {
     fprintf(stderr, "--agents, --gpus-per-agent and --rounds must be at least 1, --jobs 0-20000, "
-                    "--loop-jobs and --latency-jobs at least 0, and something must run\n");
+                    "--loop-jobs, --latency-jobs and --startup-runs at least 0, and something must "
+                    "run\n");
     return 2;
   }
   if (o.tide_bin.empty()) o.tide_bin = tide::bench::DefaultTideBinary();
@@ -403,17 +477,20 @@ int main(int argc, char** argv) {
     if (!RunOnce(o, &f)) return 1;
     all.push_back(f);
   }
+  using tide::bench::Median;
   printf("tide runtime=%s N=%d loop_N=%d nodes=%d gpus=%d batch_jobs_per_s=%.1f "
          "loop_submit_per_s=%.1f loop_drain_s=%.2f loop_jobs_per_s=%.1f submit_p50_ms=%.1f "
-         "submit_p99_ms=%.1f start_p50_ms=%.1f "
-         "start_p99_ms=%.1f server_cpu_ms_per_job=%.2f agent_cpu_ms_per_job=%.2f "
-         "machine_cpu_ms_per_job=%.1f rounds=%d\n",
+         "submit_p99_ms=%.1f start_p50_ms=%.1f start_p99_ms=%.1f server_cpu_ms_per_job=%.2f "
+         "agent_cpu_ms_per_job=%.2f machine_cpu_ms_per_job=%.1f true_ms=%.2f cxx_ms=%.2f "
+         "version_ms=%.2f idle_submit_ms=%.2f rounds=%d\n",
          o.runtime.c_str(), o.jobs, o.loop_jobs, o.agents, o.agents * o.gpus_per_agent,
          Median(all, &Figures::batch_jobs_per_s), Median(all, &Figures::loop_submit_per_s),
          Median(all, &Figures::loop_drain_s), Median(all, &Figures::loop_jobs_per_s),
          Median(all, &Figures::submit_p50_ms), Median(all, &Figures::submit_p99_ms),
          Median(all, &Figures::start_p50_ms), Median(all, &Figures::start_p99_ms),
          Median(all, &Figures::server_cpu_ms), Median(all, &Figures::agent_cpu_ms),
-         Median(all, &Figures::machine_cpu_ms), o.rounds);
+         Median(all, &Figures::machine_cpu_ms), Median(all, &Figures::true_ms),
+         Median(all, &Figures::cxx_ms), Median(all, &Figures::version_ms),
+         Median(all, &Figures::idle_submit_ms), o.rounds);
   return 0;
 }

@@ -53,6 +53,8 @@
 #include "common/tls.h"
 
 using namespace tide;
+using tide::bench::Median;
+using tide::bench::ParseFlags;
 using tide::bench::Percentile;
 using tide::bench::Spawn;
 using tide::bench::Stop;
@@ -369,16 +371,11 @@ bool RunFlood(const Options& o) {
   }
   Stop(server);
   if (!getenv("TIDE_LOAD_KEEP")) std::system(("rm -rf " + dir).c_str());
-  auto median = [](std::vector<Steady> v, double Steady::*field) {
-    std::sort(v.begin(), v.end(), [&](const Steady& a, const Steady& b) { return a.*field < b.*field; });
-    return v.size() % 2 ? v[v.size() / 2].*field
-                        : (v[v.size() / 2 - 1].*field + v[v.size() / 2].*field) / 2;
-  };
   int failed = 0;
   for (const auto& v : {alone, beside}) {
     for (const Steady& s : v) failed += s.failed;
   }
-  double a = median(alone, &Steady::per_s), b = median(beside, &Steady::per_s);
+  double a = Median(alone, &Steady::per_s), b = Median(beside, &Steady::per_s);
   if (a <= 0 || b <= 0 || flood_sent == 0) {
     fprintf(stderr, "nothing measured: steady %.0f / %.0f jobs/s, %ld flood requests\n", a, b,
             flood_sent);
@@ -387,9 +384,9 @@ bool RunFlood(const Options& o) {
   printf("steady token at %d jobs/s (medians of %d rounds of %d s): alone %.0f jobs/s, p50 %.1f ms, "
          "p99 %.1f ms; beside %d flooding connections %.0f jobs/s, p50 %.1f ms, p99 %.1f ms; "
          "%d failed. The flood: %.0f requests/s, %.0f accepted/s, %.0f refused/s\n",
-         o.steady_rate, o.rounds, o.seconds, a, median(alone, &Steady::p50_ms),
-         median(alone, &Steady::p99_ms), o.flood, b, median(beside, &Steady::p50_ms),
-         median(beside, &Steady::p99_ms), failed, flood_sent / flood_secs, flood_ok / flood_secs,
+         o.steady_rate, o.rounds, o.seconds, a, Median(alone, &Steady::p50_ms),
+         Median(alone, &Steady::p99_ms), o.flood, b, Median(beside, &Steady::p50_ms),
+         Median(beside, &Steady::p99_ms), failed, flood_sent / flood_secs, flood_ok / flood_secs,
          flood_limited / flood_secs);
   return failed == 0;
 }
@@ -412,34 +409,23 @@ const char kUsage[] =
 int main(int argc, char** argv) {
   Options o;
   std::string tls = "off";
-  for (int i = 1; i < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fputs(kUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "%s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    std::string v = argv[i + 1];
+  const int parsed = ParseFlags(argc, argv, kUsage, [&](const std::string& a, const std::string& v) {
     if (a == "--tide") o.tide_bin = v;
     else if (a == "--connections") o.connections = atoi(v.c_str());
     else if (a == "--jobs") o.jobs = atoi(v.c_str());
     else if (a == "--latency-jobs") o.latency_jobs = atoi(v.c_str());
     else if (a == "--batch-trials") o.batch_trials = atoi(v.c_str());
-    else if (a == "--priced") o.priced = v == "on";
+    else if (a == "--priced" && (v == "on" || v == "off")) o.priced = v == "on";
     else if (a == "--rounds") o.rounds = atoi(v.c_str());
     else if (a == "--flood") o.flood = atoi(v.c_str());
     else if (a == "--steady-rate") o.steady_rate = atoi(v.c_str());
     else if (a == "--seconds") o.seconds = atoi(v.c_str());
     else if (a == "--flood-limit") o.flood_limit = v;
     else if (a == "--tls" && (v == "off" || v == "on" || v == "both")) tls = v;
-    else {
-      fprintf(stderr, "unknown flag or value: %s %s\n%s", a.c_str(), v.c_str(), kUsage);
-      return 2;
-    }
-  }
+    else return false;
+    return true;
+  });
+  if (parsed >= 0) return parsed;
   if (o.connections < 1 || o.jobs < 1 || o.latency_jobs < 0 || o.rounds < 1) {
     fprintf(stderr, "--connections, --jobs and --rounds must be at least 1, --latency-jobs at least 0\n");
     return 2;
@@ -466,16 +452,11 @@ int main(int argc, char** argv) {
     }
   }
   if (tls == "both" && ok) {
-    auto median = [](std::vector<Figures> v, double Figures::*field) {
-      std::sort(v.begin(), v.end(), [&](const Figures& a, const Figures& b) { return a.*field < b.*field; });
-      return v.size() % 2 ? v[v.size() / 2].*field
-                          : (v[v.size() / 2 - 1].*field + v[v.size() / 2].*field) / 2;
-    };
-    double p = median(plain, &Figures::submissions_per_s), t = median(secure, &Figures::submissions_per_s);
+    double p = Median(plain, &Figures::submissions_per_s), t = Median(secure, &Figures::submissions_per_s);
     printf("TLS costs %.1f%% of durable submissions/s (medians of %d rounds: %.0f -> %.0f jobs/s); "
            "start p50 %.0f -> %.0f ms\n",
-           100.0 * (1.0 - t / p), o.rounds, p, t, median(plain, &Figures::p50_ms),
-           median(secure, &Figures::p50_ms));
+           100.0 * (1.0 - t / p), o.rounds, p, t, Median(plain, &Figures::p50_ms),
+           Median(secure, &Figures::p50_ms));
   }
   return ok ? 0 : 1;
 }

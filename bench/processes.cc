@@ -60,20 +60,42 @@ Result<std::string> AwaitServer(api::Client& probe, const std::string& data_dir,
   return t;
 }
 
-std::string DefaultTideBinary() {
+std::string ThisProgramsDir() {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   self[n > 0 ? n : 0] = '\0';
   std::string dir = self;
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/../tide";
+  return dir.substr(0, dir.rfind('/'));
 }
+
+std::string DefaultTideBinary() { return ThisProgramsDir() + "/../tide"; }
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
+}
+
+int ParseFlags(int argc, char** argv, const char* usage,
+               const std::function<bool(const std::string& flag, const std::string& value)>& set) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "%s needs a value\n%s", flag.c_str(), usage);
+      return 2;
+    }
+    const std::string value = argv[i + 1];
+    if (!set(flag, value)) {
+      fprintf(stderr, "unknown flag or value: %s %s\n%s", flag.c_str(), value.c_str(), usage);
+      return 2;
+    }
+  }
+  return -1;
 }
 
 }  // namespace tide::bench

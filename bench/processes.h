@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,9 +25,28 @@ void Kill(pid_t pid);
 // the admin token it wrote in `data_dir`; the error says to read `log`.
 Result<std::string> AwaitServer(api::Client& probe, const std::string& data_dir,
                                 const std::string& log);
-// The `tide` binary next to this program's folder (build/bench/.. /tide).
+// The folder of this program's binary (build/bench).
+std::string ThisProgramsDir();
+// The `tide` binary next to this program's folder (build/bench/../tide).
 std::string DefaultTideBinary();
 // The p-th percentile (0-100) of `v`; 0 for an empty one.
 double Percentile(std::vector<double> v, double p);
+
+// The median of one figure over several rounds; 0 for no rounds.
+template <typename Figures>
+double Median(std::vector<Figures> rounds, double Figures::*field) {
+  if (rounds.empty()) return 0;
+  std::sort(rounds.begin(), rounds.end(),
+            [&](const Figures& a, const Figures& b) { return a.*field < b.*field; });
+  const size_t n = rounds.size();
+  return n % 2 ? rounds[n / 2].*field : (rounds[n / 2 - 1].*field + rounds[n / 2].*field) / 2;
+}
+
+// A load program's command line, "--flag value" pairs. `set` takes one pair
+// and returns false for a flag or value it does not know. Returns -1 when
+// the program should go on; otherwise the exit code: 0 after --help (or -h)
+// printed `usage`, 2 after an error that names the flag.
+int ParseFlags(int argc, char** argv, const char* usage,
+               const std::function<bool(const std::string& flag, const std::string& value)>& set);
 
 }  // namespace tide::bench

@@ -9,6 +9,10 @@
 // and, for the sandbox's floor, what its parts cost by themselves, with no
 // agent code around them:
 //   floor/true_as_uid       fork and exec of `true` as a job uid
+//   floor/user_ns           the same in a user namespace of its own
+//   floor/namespaces_host_net  in bwrap's namespaces but the network (user,
+//                           pid, mount, ipc, uts, cgroup), without its mounts
+//   floor/namespaces        in all of bwrap's namespaces, without its mounts
 //   floor/bwrap             bwrap with the sandbox's arguments running `true`
 //   floor/bwrap_no_seccomp  the same without the seccomp filter
 //   floor/bwrap_host_net    the same sharing the host's network (no new net
@@ -23,6 +27,7 @@
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <grp.h>
 #include <sys/resource.h>
@@ -255,11 +260,32 @@ void BM_Cancel(benchmark::State& state, Kind kind) {
   }
 }
 
-enum class Floor { kTrueAsUid, kBwrap, kBwrapNoSeccomp, kBwrapHostNet };
+enum class Floor {
+  kTrueAsUid,
+  kUserNs,             // a user namespace, nothing else
+  kNamespacesHostNet,  // bwrap's namespaces but the network: user, pid, mount, ipc, uts, cgroup
+  kNamespaces,         // all of bwrap's namespaces, without its mounts
+  kBwrap,
+  kBwrapNoSeccomp,
+  kBwrapHostNet,
+};
+
+int UnshareFlags(Floor floor) {
+  constexpr int kAllButNet =
+      CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+  switch (floor) {
+    case Floor::kUserNs: return CLONE_NEWUSER;
+    case Floor::kNamespacesHostNet: return kAllButNet;
+    case Floor::kNamespaces: return kAllButNet | CLONE_NEWNET;
+    default: return 0;
+  }
+}
 
 // Runs argv as `uid` (fork: this process is small and has one thread) and
 // waits for it; false unless it exits 0. `keep_fd` stays open across exec.
-bool RunAs(uid_t uid, const std::vector<std::string>& argv, int keep_fd) {
+// With `unshare_flags`, the uid makes those namespaces first (as bwrap does,
+// unprivileged) and argv runs as the first process of them.
+bool RunAs(uid_t uid, const std::vector<std::string>& argv, int keep_fd, int unshare_flags = 0) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -274,6 +300,17 @@ bool RunAs(uid_t uid, const std::vector<std::string>& argv, int keep_fd) {
         ::setresuid(uid, uid, uid) != 0) {
       ::_exit(126);
     }
+    if (unshare_flags != 0) {
+      if (::unshare(unshare_flags) != 0) ::_exit(125);
+      pid_t first = ::fork();  // pid 1 of the new pid namespace
+      if (first == 0) {
+        ::execve(args[0], args.data(), envp);
+        ::_exit(127);
+      }
+      int st = 0;
+      ::_exit(first > 0 && ::waitpid(first, &st, 0) == first && WIFEXITED(st) ? WEXITSTATUS(st)
+                                                                              : 124);
+    }
     ::execve(args[0], args.data(), envp);
     ::_exit(127);
   }
@@ -283,7 +320,7 @@ bool RunAs(uid_t uid, const std::vector<std::string>& argv, int keep_fd) {
 }
 
 void BM_Floor(benchmark::State& state, Floor floor) {
-  if (floor != Floor::kTrueAsUid && !env->sandbox) {
+  if (floor >= Floor::kBwrap && !env->sandbox) {
     state.SkipWithError(env->sandbox_error.c_str());
     return;
   }
@@ -300,7 +337,7 @@ void BM_Floor(benchmark::State& state, Floor floor) {
     for (const std::string& p : spec.writable) (void)GiveTree(p, uid);
     std::vector<std::string> argv = {"/usr/bin/true"};
     int filter_fd = -1;
-    if (floor != Floor::kTrueAsUid) {
+    if (floor >= Floor::kBwrap) {
       SandboxPlan plan;
       plan.uid = uid;
       plan.work_dir = spec.work_dir;
@@ -324,7 +361,7 @@ void BM_Floor(benchmark::State& state, Floor floor) {
       for (std::string& a : BwrapArgs(plan)) argv.push_back(std::move(a));
     }
     state.ResumeTiming();
-    bool ok = RunAs(uid, argv, filter_fd);
+    bool ok = RunAs(uid, argv, filter_fd, UnshareFlags(floor));
     state.PauseTiming();
     if (filter_fd >= 0) ::close(filter_fd);
     env->Remove(spec);
@@ -365,6 +402,10 @@ TIDE_RUNTIME_BENCH(BM_Cancel);
 // After the runtimes: thousands of net namespaces are torn down by the
 // kernel in the background for a while after these.
 BENCHMARK_CAPTURE(BM_Floor, true_as_uid, Floor::kTrueAsUid)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, user_ns, Floor::kUserNs)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, namespaces_host_net, Floor::kNamespacesHostNet)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Floor, namespaces, Floor::kNamespaces)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Floor, bwrap, Floor::kBwrap)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Floor, bwrap_no_seccomp, Floor::kBwrapNoSeccomp)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Floor, bwrap_host_net, Floor::kBwrapHostNet)->Unit(benchmark::kMillisecond);

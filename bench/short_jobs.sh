@@ -11,7 +11,8 @@
 # 2. build/bench/tide-drain with 4 agents x 8 fake GPUs (the default
 #    sandbox runtime, or TIDE_RUNTIME=process): a batch of N trials in one
 #    request, LOOP_N `tide submit` processes one after another, start latency
-#    over 50 jobs, and Tide's CPU per job.
+#    over 50 jobs, Tide's CPU per job, and the start-up of one process
+#    (/bin/true, a plain C++ program, tide --version, tide submit).
 #
 # Every job is a one-GPU `true`. Prints both tools' machine-readable lines,
 # then a table of the figures side by side. Exits non-zero when either side
@@ -74,4 +75,5 @@ echo "| ... their submissions/s | $s_loop_submit | $t_loop_submit | $(ratio "$t_
 echo "| start latency p50, ms (sbatch to start / created to running) | $s_p50 | $t_p50 | |"
 echo "| start latency, worst of 10 (Slurm) / p99 of 50 (Tide), ms | $s_max | $t_p99 | |"
 echo "| Tide's CPU per job: server / agents (own time) / whole machine, ms | | $(field "$tide" server_cpu_ms_per_job) / $(field "$tide" agent_cpu_ms_per_job) / $(field "$tide" machine_cpu_ms_per_job) | |"
+echo "| start-up p50, ms: /bin/true / plain C++ / tide --version / tide submit (idle server) | | $(field "$tide" true_ms) / $(field "$tide" cxx_ms) / $(field "$tide" version_ms) / $(field "$tide" idle_submit_ms) | |"
 rm -rf "$out"

@@ -100,24 +100,19 @@ std::string Trim(std::string s) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h" || i + 1 >= argc) {
-      fputs("usage: tide-soak [--tide PATH] [--seconds 120] [--agents 3] [--kill-every 8] [--seed N]\n",
-            a == "--help" || a == "-h" ? stdout : stderr);
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-    std::string v = argv[i + 1];
+  const char* usage =
+      "usage: tide-soak [--tide PATH] [--seconds 120] [--agents 3] [--kill-every 8] [--seed N]\n";
+  const int parsed = bench::ParseFlags(argc, argv, usage, [&](const std::string& a,
+                                                             const std::string& v) {
     if (a == "--tide") o.tide_bin = v;
     else if (a == "--seconds") o.seconds = atoi(v.c_str());
     else if (a == "--agents") o.agents = atoi(v.c_str());
     else if (a == "--kill-every") o.kill_every_s = atoi(v.c_str());
     else if (a == "--seed") o.seed = static_cast<unsigned>(strtoul(v.c_str(), nullptr, 10));
-    else {
-      fprintf(stderr, "unknown flag %s\n", a.c_str());
-      return 2;
-    }
-  }
+    else return false;
+    return true;
+  });
+  if (parsed >= 0) return parsed;
   if (o.seconds < 10 || o.agents < 1 || o.kill_every_s < 1) {
     fprintf(stderr, "--seconds must be at least 10, --agents and --kill-every at least 1\n");
     return 2;
