@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "agent/agent.h"
@@ -310,6 +311,12 @@ int main(int argc, char** argv) {
   // signal never reaches the sigwait() loops of server, agent and dev.
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  // The version alone needs no command built (a script's check of the
+  // installed tide stays as cheap as a program that prints a line).
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    std::cout << "tide " << cmd::kVersion << "\n";
+    return cli::kExitOk;
+  }
   CLI::App app{"Tide: GPU batch scheduler. Submit jobs, follow them, get their outputs.", "tide"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tide ") + cmd::kVersion);
@@ -327,9 +334,10 @@ int main(int argc, char** argv) {
   // Only the command asked for is built (building all of them is a good part
   // of a short command's start, docs/benchmarks.md); help, --version and a
   // word that names no command get them all.
-  std::vector<cli::AddCommands> adders = cli::UserCommands();
-  for (cli::AddCommands add : {cmd::AddServerCommand, cmd::AddAgentCommand, cmd::AddDevCommand,
-                               cmd::AddSimCommand, cmd::AddVersionCommand}) {
+  std::vector<cli::AddCommands> adders = {cmd::AddVersionCommand};
+  for (cli::AddCommands add : cli::UserCommands()) adders.push_back(add);
+  for (cli::AddCommands add :
+       {cmd::AddServerCommand, cmd::AddAgentCommand, cmd::AddDevCommand, cmd::AddSimCommand}) {
     adders.push_back(add);
   }
   const std::string word = cmd::CommandWord(argc, argv);
