@@ -211,36 +211,70 @@ UidLease::~UidLease() {
   if (fd_ < 0) return;
   if (st.ok()) MarkLockFile(fd_, kUidFree);
   ::close(fd_);  // drops the flock
+  if (st.ok() && released_) released_(uid_);
 }
 
 UidPool::UidPool(UidRange range, std::string lock_dir)
-    : range_(range), lock_dir_(std::move(lock_dir)), next_(range.first) {}
+    : range_(range), lock_dir_(std::move(lock_dir)), shared_(std::make_shared<Shared>()) {
+  shared_->next = range.first;
+}
+
+// Locks `uid`'s file; `*held` when another job, maybe of another agent,
+// holds it. A uid whose last holder saw it empty needs no sweep; any other
+// (a holder that died, a new lock file) is swept before a job gets it.
+Result<std::unique_ptr<UidLease>> UidPool::TryClaim(uid_t uid, bool* held) {
+  *held = false;
+  std::string path = lock_dir_ + "/" + std::to_string(uid) + ".lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Status::Internal("open " + path + ": " + Errno(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    *held = true;
+    return Status::Unavailable("held");
+  }
+  char mark[sizeof kUidFree] = {};
+  const bool free = ::pread(fd, mark, sizeof mark - 1, 0) == sizeof mark - 1 &&
+                    std::strcmp(mark, kUidFree) == 0;
+  Status killed = free ? Status::Ok() : KillUid(uid);
+  if (!killed.ok()) {
+    ::close(fd);
+    return killed;
+  }
+  MarkLockFile(fd, kUidHeld);
+  std::weak_ptr<Shared> pool = shared_;
+  return std::make_unique<UidLease>(uid, fd, [pool](uid_t u) {
+    if (auto s = pool.lock()) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->released.push_back(u);
+    }
+  });
+}
 
 Result<std::unique_ptr<UidLease>> UidPool::Claim() {
   CpuPhase cpu(JobPhase::kUid);
+  bool held = false;
+  // The uids this pool let go of, newest first: marked free, so no sweep.
+  for (;;) {
+    uid_t uid;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (shared_->released.empty()) break;
+      uid = shared_->released.back();
+      shared_->released.pop_back();
+    }
+    auto lease = TryClaim(uid, &held);
+    if (lease.ok() || !held) return lease;  // or another agent took it since
+  }
   const uint64_t size = static_cast<uint64_t>(range_.last) - range_.first + 1;
   for (uint64_t i = 0; i < size; ++i) {
-    uid_t uid = next_;
-    next_ = next_ == range_.last ? range_.first : next_ + 1;
-    std::string path = lock_dir_ + "/" + std::to_string(uid) + ".lock";
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return Status::Internal("open " + path + ": " + Errno(errno));
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd);
-      continue;  // another job, maybe of another agent, holds it
+    uid_t uid;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      uid = shared_->next;
+      shared_->next = uid == range_.last ? range_.first : uid + 1;
     }
-    // A uid whose last holder saw it empty needs no sweep; any other (a
-    // holder that died, a new lock file) is swept before a job gets it.
-    char mark[sizeof kUidFree] = {};
-    const bool free = ::pread(fd, mark, sizeof mark - 1, 0) == sizeof mark - 1 &&
-                      std::strcmp(mark, kUidFree) == 0;
-    Status killed = free ? Status::Ok() : KillUid(uid);
-    if (!killed.ok()) {
-      ::close(fd);
-      return killed;
-    }
-    MarkLockFile(fd, kUidHeld);
-    return std::make_unique<UidLease>(uid, fd);
+    auto lease = TryClaim(uid, &held);
+    if (lease.ok() || !held) return lease;
   }
   return Status::Unavailable("every uid of the job range " + std::to_string(range_.first) + "-" +
                              std::to_string(range_.last) + " is in use");

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,7 +54,9 @@ Result<UidRange> ParseUidRange(const std::string& text, const std::string& passw
 // it) is swept at its next claim.
 class UidLease {
  public:
-  UidLease(uid_t uid, int lock_fd) : uid_(uid), fd_(lock_fd) {}
+  // `released` is told the uid once it is marked free (its pool).
+  UidLease(uid_t uid, int lock_fd, std::function<void(uid_t)> released = nullptr)
+      : uid_(uid), fd_(lock_fd), released_(std::move(released)) {}
   // Sweeps the uid unless MarkEmpty() was called, marks the lock file free
   // once nothing runs as it, and drops the claim.
   ~UidLease();
@@ -68,19 +71,29 @@ class UidLease {
   uid_t uid_;
   int fd_;
   bool empty_ = false;
+  std::function<void(uid_t)> released_;
 };
 
 class UidPool {
  public:
   UidPool(UidRange range, std::string lock_dir);
   // Claims a free uid and kills any process still running as it (left by an
-  // agent that died). Unavailable when every uid of the range is held.
+  // agent that died). Unavailable when every uid of the range is held. Uids
+  // this pool let go of marked free come first (newest first): their lock
+  // files say that nothing runs as them, so they need no sweep. Any thread.
   Result<std::unique_ptr<UidLease>> Claim();
 
  private:
+  struct Shared {
+    std::mutex mu;
+    uid_t next;                   // where the search for an unclaimed uid goes on
+    std::vector<uid_t> released;  // let go of by this pool, marked free
+  };
+  Result<std::unique_ptr<UidLease>> TryClaim(uid_t uid, bool* held);
+
   UidRange range_;
   std::string lock_dir_;
-  uid_t next_;
+  std::shared_ptr<Shared> shared_;  // its leases hold it too: they may outlive the pool
 };
 
 // SIGKILLs every process running as `uid` until none is left (~5 s), and

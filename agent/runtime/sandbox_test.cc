@@ -97,6 +97,29 @@ TEST(UidPoolTest, AgentsSharingALockDirNeverShareAUid) {
   fs::remove_all(dir);
 }
 
+TEST(UidPoolTest, AUidLetGoOfIsTakenAgainBeforeAFreshOne) {
+  // A fresh uid's new lock file means a sweep of /proc; one this pool let
+  // go of is marked free and needs none.
+  std::string dir = TempDir("uid-reuse");
+  UidPool pool({3000000020u, 3000000029u}, dir);
+  auto a = pool.Claim();
+  auto b = pool.Claim();
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uid_t first = (*a)->uid(), second = (*b)->uid();
+  a->reset();
+  b->reset();
+  auto c = pool.Claim();
+  auto d = pool.Claim();
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ((*c)->uid(), second);  // newest first
+  EXPECT_EQ((*d)->uid(), first);
+  auto e = pool.Claim();  // none left to reuse: the next fresh one
+  ASSERT_TRUE(e.ok());
+  EXPECT_NE((*e)->uid(), first);
+  EXPECT_NE((*e)->uid(), second);
+  fs::remove_all(dir);
+}
+
 // A process running as `uid` (a job's leftover), once it does; -1 when it
 // could not start.
 pid_t RunAs(uid_t uid) {
