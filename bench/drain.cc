@@ -74,8 +74,6 @@ struct Figures {
   double true_ms = 0, cxx_ms = 0, version_ms = 0, idle_submit_ms = 0;
 };
 
-extern "C" char** environ;
-
 // Wall times (ms) of `runs` runs of argv, each spawned and reaped before the
 // next; empty when one did not exit 0.
 std::vector<double> TimeRuns(const std::vector<std::string>& argv,

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
+
 namespace tide::agent {
 namespace {
 
@@ -192,14 +194,6 @@ UidProbe ProbeUid(pid_t pid, uid_t uid) {
   return p;
 }
 
-namespace {
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 bool ReapChildOfUid(pid_t pid, uid_t uid, int64_t deadline_ms) {
   for (;;) {
     const UidProbe p = ProbeUid(pid, uid);
@@ -208,7 +202,7 @@ bool ReapChildOfUid(pid_t pid, uid_t uid, int64_t deadline_ms) {
       ::waitpid(pid, nullptr, WNOHANG);
       return true;
     }
-    if (NowMs() >= deadline_ms) return false;
+    if (SystemClock::Default()->MonotonicMs() >= deadline_ms) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

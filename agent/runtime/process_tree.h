@@ -68,7 +68,8 @@ UidProbe ProbeUid(pid_t pid, uid_t uid);
 
 // Reaps `pid` once it is a zombie, if it is this process's child running as
 // `uid` (a uid no other job has, so a reused pid is never taken for it);
-// waits for it to become one until `deadline` (CLOCK_MONOTONIC, ms). False
+// waits for it to become one until `deadline_ms` (SystemClock's
+// MonotonicMs()). False
 // when it was still running at the deadline.
 bool ReapChildOfUid(pid_t pid, uid_t uid, int64_t deadline_ms);
 // The same for every child of this process that runs as `uid`.

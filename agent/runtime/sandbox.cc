@@ -27,6 +27,7 @@
 
 #include "agent/job_cpu.h"
 #include "agent/runtime/process_tree.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace tide::agent {
@@ -431,9 +432,7 @@ pid_t UidJobProcess::NamespaceInit() {
 }
 
 void UidJobProcess::ReapNamespaceInit() {
-  const int64_t deadline =
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::steady_clock::now().time_since_epoch()).count() + 10'000;
+  const int64_t deadline = SystemClock::Default()->MonotonicMs() + 10'000;
   if (pid_t init = NamespaceInit(); init > 0) {
     (void)ReapChildOfUid(init, uid_->uid(), deadline);
   } else {

@@ -80,6 +80,10 @@ TEST_F(FirstDayTest, TheCommandIsFoundPastTheValuesOfGlobalOptions) {
   EXPECT_EQ(v.out.rfind("tide ", 0), 0u) << v.out << v.err;
   CliResult eq = cluster_.Cli({"--pin=ls", "version"}, token_);
   EXPECT_EQ(eq.exit_code, 0) << eq.err;
+  // --version alone, which builds no command, says what `tide version` says.
+  CliResult flag = cluster_.Cli({"--version"}, token_);
+  EXPECT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_EQ(flag.out, v.out);
   // A word that names no command is named in the error, with the nearest.
   CliResult bad = cluster_.Cli({"--pin", "x", "sumbit", "--", "true"}, token_);
   EXPECT_EQ(bad.exit_code, 2);

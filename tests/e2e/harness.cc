@@ -268,7 +268,7 @@ constexpr int64_t kJobUidBlock = 250;
 }  // namespace
 
 int64_t Cluster::FirstJobUid() {
-  // Above the agent's default range's first uids, below 2^31.
+  // Above the agent's default range (2000000000-2000065535), below 2^31.
   return 2000100000 + (::getpid() % 4000) * kJobUidBlock;
 }
 
